@@ -1,0 +1,96 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * uslab.h - the public API of uslab, a SLUB-style userspace slab allocator.
+ *
+ * Object caches hand out objects of one size from slabs; the per-thread fast
+ * path takes and returns objects without any atomic instruction. All functions
+ * are thread-safe. Link with -luslab (pkg-config uslab, CMake uslab::uslab).
+ */
+#ifndef USLAB_H
+#define USLAB_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define USLAB_VERSION_MAJOR 0
+#define USLAB_VERSION_MINOR 1
+
+/* ---- object caches ------------------------------------------------------ */
+
+struct uslab_cache;
+
+/* uslab_cache_create flags */
+#define USLAB_HWCACHE_ALIGN  0x1u   /* align objects to the cache line (64) */
+#define USLAB_POISON         0x2u   /* fill freed objects with 0x6b, check on alloc */
+#define USLAB_RED_ZONE       0x4u   /* guard bytes after each object, checked on free */
+#define USLAB_CONSISTENCY    0x8u   /* full double-free / foreign-pointer checks on free */
+
+/*
+ * Create a cache of objects of `size` bytes (1 ... 1 MiB).
+ * align: 0 = natural (8, or 16 for sizes >= 16); otherwise a power of two up
+ *        to the page size.
+ * ctor:  run once per object when its slab is created, not on every alloc;
+ *        callers must return objects to the cache in their constructed state.
+ * name:  copied (up to 31 characters); shows up in statistics and messages.
+ * Returns NULL with errno = EINVAL for bad arguments, ENOMEM when out of memory.
+ */
+struct uslab_cache *uslab_cache_create(const char *name, size_t size, size_t align,
+				       unsigned flags, void (*ctor)(void *obj));
+
+/* One object, or NULL with errno = ENOMEM. */
+void *uslab_cache_alloc(struct uslab_cache *cache);
+
+/* Return obj (NULL is ignored). A pointer that is not an object of `cache`
+ * is reported on stderr and the process aborts. */
+void uslab_cache_free(struct uslab_cache *cache, void *obj);
+
+/* Fill objs[0..n) and return n, or return 0 having allocated nothing. */
+size_t uslab_cache_alloc_bulk(struct uslab_cache *cache, size_t n, void **objs);
+void uslab_cache_free_bulk(struct uslab_cache *cache, size_t n, void **objs);
+
+/* Give the calling thread's cached slabs and all empty slabs back. */
+void uslab_cache_shrink(struct uslab_cache *cache);
+
+/* 0 on success; -EBUSY (cache left intact and usable) when objects are live. */
+int uslab_cache_destroy(struct uslab_cache *cache);
+
+/* Walk every slab and recount; prints one line per problem on stderr.
+ * Returns the number of problems found (0 = consistent). */
+long uslab_cache_validate(struct uslab_cache *cache);
+
+/* Object size as the cache serves it (after alignment), and its name. */
+size_t uslab_cache_object_size(const struct uslab_cache *cache);
+const char *uslab_cache_name(const struct uslab_cache *cache);
+
+/* Per-cache counters (a snapshot; exact when no thread is allocating). */
+struct uslab_cache_info {
+	size_t object_size;        /* bytes per object slot */
+	size_t objects_per_slab;
+	size_t slab_bytes;
+	size_t slabs;              /* slabs currently owned by the cache */
+	size_t partial_slabs;      /* on the cache's partial list */
+	size_t live_objects;       /* allocated and not yet freed */
+	size_t slabs_allocated;    /* total slabs ever created */
+	size_t slabs_freed;        /* total slabs given back */
+};
+int uslab_cache_info(struct uslab_cache *cache, struct uslab_cache_info *info);
+
+/* ---- whole-allocator ----------------------------------------------------- */
+
+/* Which double-width CAS is in use: "cmpxchg16b", "casp", "ldaxp/stlxp", "locked". */
+const char *uslab_dwcas_path(void);
+
+/* Flush the calling thread's per-thread caches (also done at thread exit). */
+void uslab_thread_flush(void);
+
+/* Bytes currently mapped from the OS for slabs (segments). */
+size_t uslab_mapped_bytes(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* USLAB_H */

@@ -1,0 +1,84 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test.h - the tiny harness every test program uses. A test is a program: it
+ * exits 0 when every check held, and otherwise prints what broke and exits 1.
+ */
+#ifndef USLAB_TEST_H
+#define USLAB_TEST_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+static int test_failures;
+
+#define CHECK(cond)                                                             \
+	do {                                                                    \
+		if (!(cond)) {                                                  \
+			fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__,  \
+				__LINE__, #cond);                               \
+			test_failures++;                                        \
+		}                                                               \
+	} while (0)
+
+#define CHECK_EQ(a, b)                                                          \
+	do {                                                                    \
+		long long _a = (long long)(a), _b = (long long)(b);             \
+		if (_a != _b) {                                                 \
+			fprintf(stderr, "%s:%d: CHECK_EQ failed: %s == %lld, %s == %lld\n", \
+				__FILE__, __LINE__, #a, _a, #b, _b);            \
+			test_failures++;                                        \
+		}                                                               \
+	} while (0)
+
+/* Abort the whole test at once (for checks inside worker threads). */
+#define REQUIRE(cond)                                                           \
+	do {                                                                    \
+		if (!(cond)) {                                                  \
+			fprintf(stderr, "%s:%d: REQUIRE failed: %s\n", __FILE__, \
+				__LINE__, #cond);                               \
+			exit(1);                                                \
+		}                                                               \
+	} while (0)
+
+static inline int test_done(const char *name)
+{
+	if (test_failures) {
+		fprintf(stderr, "%s: %d check(s) failed\n", name, test_failures);
+		return 1;
+	}
+	printf("%s: ok\n", name);
+	return 0;
+}
+
+static inline double test_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Stress duration in seconds: USLAB_STRESS_SECONDS overrides the default. */
+static inline double test_stress_seconds(double dflt)
+{
+	const char *s = getenv("USLAB_STRESS_SECONDS");
+
+	return s ? atof(s) : dflt;
+}
+
+/* Deterministic per-thread PRNG (xorshift64*). */
+static inline uint64_t test_rand(uint64_t *s)
+{
+	uint64_t x = *s;
+
+	x ^= x >> 12;
+	x ^= x << 25;
+	x ^= x >> 27;
+	*s = x;
+	return x * 0x2545F4914F6CDD1Dull;
+}
+
+#endif

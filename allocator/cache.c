@@ -1,0 +1,692 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cache.c - the uslab_cache_* API, per-thread heaps and the cpu slab paths.
+ *
+ * Each thread reaches its heap through one initial-exec TLS pointer. A heap
+ * holds, per cache, a struct cpu_slab: the active frozen slab, the private
+ * freelist taken from it, and a short list of other frozen slabs (cpu
+ * partial). A thread without a heap points at empty_heap, whose cpu slabs
+ * are empty, so the fast paths never test for it; the slow path makes the
+ * real heap. Heaps are recycled when their thread exits, after a flush.
+ *
+ * Lock order: cache_registry > heaps_lock > cache->list_lock > seg_lock.
+ * uslab_cache_destroy and uslab_cache_validate read other threads' cpu slabs:
+ * the caller guarantees those threads are not using that cache meanwhile
+ * (destroy: by the API contract; validate: its result is exact only then).
+ */
+#define _GNU_SOURCE
+#include "internal.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- heaps ------------------------------------------------------------------- */
+
+static struct cpu_slab empty_chunk[CPU_CHUNK];
+static struct thread_heap empty_heap = {
+	.chunk = { [0 ... NR_CHUNKS - 1] = empty_chunk },
+};
+__thread struct thread_heap *tls_heap __attribute__((tls_model("initial-exec"))) = &empty_heap;
+
+static spinlock_t heaps_lock = SPINLOCK_INIT;
+static struct thread_heap *heaps;
+static pthread_key_t heap_key;
+static pthread_once_t heap_key_once = PTHREAD_ONCE_INIT;
+
+static spinlock_t registry_lock = SPINLOCK_INIT;
+static struct uslab_cache *caches;
+static uint64_t cache_ids[MAX_CACHES / 64];
+
+static void heap_thread_exit(void *arg);
+static void cpu_slab_flush(struct uslab_cache *s, struct cpu_slab *c);
+
+static void heap_key_create(void)
+{
+	pthread_key_create(&heap_key, heap_thread_exit);
+}
+
+noinline cold void uslab_fatal(const char *call, const void *p, const char *what)
+{
+	fprintf(stderr, "uslab: %s(): %s %p\n", call, what, p);
+	abort();
+}
+
+/* The calling thread's real heap, made (or recycled) on first need. */
+static struct thread_heap *heap_get(void)
+{
+	struct thread_heap *h = tls_heap;
+
+	if (likely(h != &empty_heap))
+		return h;
+	pthread_once(&heap_key_once, heap_key_create);
+	spin_lock(&heaps_lock);
+	for (h = heaps; h; h = h->next)
+		if (!h->live)
+			break;
+	if (!h) {
+		h = meta_alloc(sizeof(*h));
+		if (!h) {
+			spin_unlock(&heaps_lock);
+			return NULL;
+		}
+		for (unsigned k = 0; k < NR_CHUNKS; k++)
+			h->chunk[k] = empty_chunk;
+		h->next = heaps;
+		heaps = h;
+	}
+	h->live = 1;
+	h->exited = 0;
+	spin_unlock(&heaps_lock);
+	pthread_setspecific(heap_key, h);
+	tls_heap = h;
+	return h;
+}
+
+struct cpu_slab *cpu_slab_get(struct uslab_cache *s)
+{
+	struct thread_heap *h = heap_get();
+
+	if (!h)
+		return NULL;
+	if (unlikely(h->chunk[s->chunk] == empty_chunk)) {
+		struct cpu_slab *chunk = meta_alloc(sizeof(struct cpu_slab) * CPU_CHUNK);
+
+		if (!chunk)
+			return NULL;
+		/* heaps_lock: destroy/validate walk chunks of other heaps */
+		spin_lock(&heaps_lock);
+		h->chunk[s->chunk] = chunk;
+		spin_unlock(&heaps_lock);
+	}
+	return &h->chunk[s->chunk][s->slot];
+}
+
+static void heap_flush_all(struct thread_heap *h)
+{
+	for (unsigned k = 0; k < NR_CHUNKS; k++) {
+		if (h->chunk[k] == empty_chunk)
+			continue;
+		for (unsigned i = 0; i < CPU_CHUNK; i++) {
+			struct cpu_slab *c = &h->chunk[k][i];
+			struct slab *any = c->slab ? c->slab : c->partial;
+
+			if (any)
+				cpu_slab_flush(any->cache, c);
+		}
+	}
+}
+
+/* pthread key destructor: give every slab back, recycle the heap. A later
+ * allocation from another TLS destructor makes a heap again (and re-arms
+ * the key, so that one is flushed on the next destructor round). */
+static void heap_thread_exit(void *arg)
+{
+	struct thread_heap *h = arg;
+
+	spin_lock(&heaps_lock);
+	heap_flush_all(h);
+	h->live = 0;
+	h->exited = 1;
+	spin_unlock(&heaps_lock);
+	tls_heap = &empty_heap;
+}
+
+USLAB_API void uslab_thread_flush(void)
+{
+	struct thread_heap *h = tls_heap;
+
+	if (h == &empty_heap)
+		return;
+	spin_lock(&heaps_lock);
+	heap_flush_all(h);
+	spin_unlock(&heaps_lock);
+}
+
+/* ---- cpu slab slow paths -------------------------------------------------------- */
+
+static void cpu_slab_activate(struct cpu_slab *c, struct uslab_cache *s, struct slab *slab,
+			      void *freelist)
+{
+	c->slab = slab;
+	c->freelist = freelist;
+	c->base = slab->base;
+	c->span = (uintptr_t)s->objects * s->stride;
+}
+
+/* Give up the active slab: splice the private chain back and unfreeze. */
+static void cpu_slab_deactivate(struct uslab_cache *s, struct cpu_slab *c)
+{
+	struct slab *slab = c->slab;
+	void *head = c->freelist, *tail = NULL;
+	unsigned n = 0;
+
+	if (!slab)
+		return;
+	for (void *p = head; p; p = fp_get(s, p)) {
+		tail = p;
+		n++;
+	}
+	c->slab = NULL;
+	c->freelist = NULL;
+	c->base = c->span = 0;
+	slab_unfreeze(s, slab, head, tail, n);
+}
+
+static void cpu_partial_drain(struct uslab_cache *s, struct cpu_slab *c)
+{
+	struct slab *slab = c->partial, *next;
+
+	c->partial = NULL;
+	c->nr_partial = 0;
+	for (; slab; slab = next) {
+		next = slab->next;
+		slab->next = NULL;
+		slab_unfreeze(s, slab, NULL, NULL, 0);
+	}
+}
+
+static void cpu_slab_flush(struct uslab_cache *s, struct cpu_slab *c)
+{
+	cpu_slab_deactivate(s, c);
+	cpu_partial_drain(s, c);
+}
+
+/* A slab a remote free has just frozen for us joins our cpu-partial list. */
+static void cpu_partial_put(struct uslab_cache *s, struct cpu_slab *c, struct slab *slab)
+{
+	if (c->nr_partial >= s->cpu_partial)
+		cpu_partial_drain(s, c);
+	slab->next = c->partial;
+	c->partial = slab;
+	c->nr_partial++;
+}
+
+void *cache_alloc_slow(struct uslab_cache *s)
+{
+	struct cpu_slab *c = cpu_slab_get(s);
+	struct slab *slab;
+	void *obj, *freelist = NULL;
+
+	if (unlikely(!c)) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	if (c->freelist)
+		goto pop;
+	if (c->slab) {
+		/* remote frees to the active slab first */
+		freelist = slab_take_freelist(c->slab, false);
+		if (freelist) {
+			c->freelist = freelist;
+			goto pop;
+		}
+		cpu_slab_deactivate(s, c);   /* exhausted: becomes FULL */
+	}
+	while ((slab = c->partial)) {
+		c->partial = slab->next;
+		c->nr_partial--;
+		slab->next = NULL;
+		freelist = slab_take_freelist(slab, false);
+		if (freelist)
+			goto activate;
+		slab_unfreeze(s, slab, NULL, NULL, 0);   /* cannot happen; stay safe */
+	}
+	slab = partial_take(s, &freelist);
+	if (!slab) {
+		slab = slab_new(s);
+		if (!slab) {
+			errno = ENOMEM;
+			return NULL;
+		}
+		freelist = (void *)slab->base;
+	}
+activate:
+	cpu_slab_activate(c, s, slab, freelist);
+pop:
+	obj = c->freelist;
+	c->freelist = fp_get(s, obj);
+	return obj;
+}
+
+static struct slab *object_slab(struct uslab_cache *s, void *obj, const char *call)
+{
+	struct slab *slab = ptr_to_slab(obj);
+
+	if (unlikely(!slab || slab->kind != SLAB_KIND_SLAB))
+		uslab_fatal(call, obj, "invalid pointer");
+	if (unlikely(slab->cache != s))
+		uslab_fatal(call, obj, "pointer from another cache");
+	uintptr_t off = (uintptr_t)obj - slab->base;
+	if (unlikely(off >= (uintptr_t)s->objects * s->stride || off % s->stride))
+		uslab_fatal(call, obj, "misaligned pointer");
+	return slab;
+}
+
+/* Free of an object outside the active slab: one dwcas on its slab. */
+void cache_free_slow(struct uslab_cache *s, void *obj)
+{
+	struct slab *slab = object_slab(s, obj, "uslab_cache_free");
+	struct cpu_slab *c = cpu_slab_get(s);
+
+	if (__slab_free(s, slab, obj, obj, 1, c != NULL))
+		cpu_partial_put(s, c, slab);
+}
+
+/* ---- the API ------------------------------------------------------------------------ */
+
+USLAB_API void *uslab_cache_alloc(struct uslab_cache *cache)
+{
+	return cache_alloc_fast(cache);
+}
+
+USLAB_API void uslab_cache_free(struct uslab_cache *cache, void *obj)
+{
+	if (unlikely(!obj))
+		return;
+	cache_free_fast(cache, obj);
+}
+
+USLAB_API size_t uslab_cache_alloc_bulk(struct uslab_cache *cache, size_t n, void **objs)
+{
+	for (size_t i = 0; i < n; i++) {
+		objs[i] = cache_alloc_fast(cache);
+		if (unlikely(!objs[i])) {
+			uslab_cache_free_bulk(cache, i, objs);
+			errno = ENOMEM;
+			return 0;
+		}
+	}
+	return n;
+}
+
+/*
+ * Frees runs of objects that share a slab with one dwcas per run (the
+ * kernel's build_detached_freelist idea, limited to adjacent entries).
+ */
+USLAB_API void uslab_cache_free_bulk(struct uslab_cache *cache, size_t n, void **objs)
+{
+	struct cpu_slab *c = this_cpu_slab(cache);
+	size_t i = 0;
+
+	while (i < n) {
+		void *obj = objs[i];
+
+		if (!obj || (uintptr_t)obj - c->base < c->span) {
+			uslab_cache_free(cache, obj);
+			i++;
+			continue;
+		}
+		struct slab *slab = object_slab(cache, obj, "uslab_cache_free_bulk");
+		void *head = obj, *tail = obj;
+		unsigned cnt = 1;
+
+		for (i++; i < n && objs[i] && ptr_to_slab(objs[i]) == slab; i++, cnt++) {
+			object_slab(cache, objs[i], "uslab_cache_free_bulk");
+			fp_set(cache, objs[i], head);
+			head = objs[i];
+		}
+		c = cpu_slab_get(cache);
+		if (__slab_free(cache, slab, head, tail, cnt, c != NULL))
+			cpu_partial_put(cache, c, slab);
+	}
+}
+
+static unsigned ilog2(size_t x)
+{
+	return 63 - __builtin_clzl(x);
+}
+
+/* Slab size: the fewest units (a power of two) with <= 1/8 tail waste and
+ * enough objects per slab to keep slow paths rare. */
+static void calculate_units(struct uslab_cache *s)
+{
+	unsigned want = s->stride <= 256 ? 16 : s->stride <= 4096 ? 8 : 4;
+
+	for (unsigned u = 1;; u *= 2) {
+		size_t bytes = (size_t)u << UNIT_SHIFT;
+		size_t objs = bytes / s->stride;
+
+		if (objs > CTR_OBJ_MASK)
+			objs = CTR_OBJ_MASK;
+		bool waste_ok = bytes - objs * s->stride <= bytes / 8;
+		if ((objs >= want && waste_ok) || u == SLAB_MAX_UNITS) {
+			s->units = u;
+			s->objects = (uint32_t)objs;
+			return;
+		}
+	}
+}
+
+static int cache_id_alloc(void)
+{
+	for (unsigned w = 0; w < MAX_CACHES / 64; w++) {
+		if (cache_ids[w] == ~0ull)
+			continue;
+		unsigned b = __builtin_ctzll(~cache_ids[w]);
+		cache_ids[w] |= 1ull << b;
+		return (int)(w * 64 + b);
+	}
+	return -1;
+}
+
+USLAB_API struct uslab_cache *uslab_cache_create(const char *name, size_t size, size_t align,
+						 unsigned flags, void (*ctor)(void *))
+{
+	struct uslab_cache *s;
+	size_t slot;
+
+	if (size == 0 || size > CACHE_MAX_SIZE || (align & (align - 1)) ||
+	    align > os_page_size() || (flags & ~USLAB_HWCACHE_ALIGN)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	dwcas_init();
+	if (!align)
+		align = size >= 16 ? 16 : 8;
+	if (align < sizeof(void *))
+		align = sizeof(void *);
+	if ((flags & USLAB_HWCACHE_ALIGN) && align < CACHE_LINE)
+		align = CACHE_LINE;
+
+	s = meta_alloc(sizeof(*s));
+	if (!s) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	s->size = (uint32_t)size;
+	s->align = (uint32_t)align;
+	s->flags = flags;
+	s->ctor = ctor;
+	/* With a constructor the object's contents must survive while it is
+	 * free, so the free pointer lives in a word after the object. */
+	s->fp_offset = ctor ? (uint32_t)round_up(size, sizeof(void *)) : 0;
+	slot = ctor ? s->fp_offset + sizeof(void *) : size;
+	if (slot < sizeof(void *))
+		slot = sizeof(void *);
+	s->stride = (uint32_t)round_up(slot, align);
+	calculate_units(s);
+	s->min_partial = ilog2(s->stride) / 2;
+	s->min_partial = s->min_partial < 5 ? 5 : s->min_partial > 10 ? 10 : s->min_partial;
+	s->cpu_partial = s->stride >= 4096 ? 2 : 4;
+	spin_lock_init(&s->list_lock);
+	snprintf(s->name, sizeof(s->name), "%s", name ? name : "unnamed");
+
+	spin_lock(&registry_lock);
+	int id = cache_id_alloc();
+	if (id >= 0) {
+		s->id = (unsigned)id;
+		s->chunk = (uint32_t)id / CPU_CHUNK;
+		s->slot = (uint32_t)id % CPU_CHUNK;
+		s->next = caches;
+		caches = s;
+	}
+	spin_unlock(&registry_lock);
+	if (id < 0) {
+		meta_free(s, sizeof(*s));
+		errno = ENOMEM;
+		return NULL;
+	}
+	return s;
+}
+
+/* Flush this cache's cpu slab in every heap (callers: heaps_lock held). */
+static void flush_all_heaps(struct uslab_cache *s)
+{
+	for (struct thread_heap *h = heaps; h; h = h->next)
+		if (h->chunk[s->chunk] != empty_chunk)
+			cpu_slab_flush(s, &h->chunk[s->chunk][s->slot]);
+}
+
+struct live_count {
+	struct uslab_cache *s;
+	size_t live, slabs;
+};
+
+static void count_live(struct slab *slab, void *arg)
+{
+	struct live_count *lc = arg;
+
+	if (slab->cache != lc->s)
+		return;
+	lc->slabs++;
+	lc->live += ctr_inuse(dwcas_read(&slab->xword).hi);
+}
+
+USLAB_API int uslab_cache_destroy(struct uslab_cache *s)
+{
+	struct live_count lc = { .s = s };
+
+	if (!s)
+		return -EINVAL;
+	spin_lock(&heaps_lock);
+	flush_all_heaps(s);
+	spin_unlock(&heaps_lock);
+	segment_for_each_slab(count_live, &lc);
+	if (lc.live) {
+		fprintf(stderr, "uslab: uslab_cache_destroy(): cache %s still has %zu live object%s\n",
+			s->name, lc.live, lc.live == 1 ? "" : "s");
+		return -EBUSY;
+	}
+	cache_shrink_partial(s, true);
+
+	spin_lock(&registry_lock);
+	for (struct uslab_cache **pp = &caches; *pp; pp = &(*pp)->next) {
+		if (*pp == s) {
+			*pp = s->next;
+			break;
+		}
+	}
+	cache_ids[s->id / 64] &= ~(1ull << (s->id % 64));
+	spin_unlock(&registry_lock);
+	meta_free(s, sizeof(*s));
+	return 0;
+}
+
+USLAB_API void uslab_cache_shrink(struct uslab_cache *s)
+{
+	struct thread_heap *h = tls_heap;
+
+	if (h != &empty_heap && h->chunk[s->chunk] != empty_chunk) {
+		spin_lock(&heaps_lock);
+		cpu_slab_flush(s, &h->chunk[s->chunk][s->slot]);
+		spin_unlock(&heaps_lock);
+	}
+	cache_shrink_partial(s, true);
+	segment_release_empty_over(0);
+}
+
+USLAB_API size_t uslab_cache_object_size(const struct uslab_cache *s)
+{
+	return s->stride;
+}
+
+USLAB_API const char *uslab_cache_name(const struct uslab_cache *s)
+{
+	return s->name;
+}
+
+USLAB_API int uslab_cache_info(struct uslab_cache *s, struct uslab_cache_info *info)
+{
+	struct live_count lc = { .s = s };
+
+	if (!s || !info)
+		return -EINVAL;
+	segment_for_each_slab(count_live, &lc);
+	/* Objects on cpu freelists count as in use in their slab's word;
+	 * subtract those of every heap (exact when the owners are quiet). */
+	spin_lock(&heaps_lock);
+	for (struct thread_heap *h = heaps; h; h = h->next) {
+		if (h->chunk[s->chunk] == empty_chunk)
+			continue;
+		for (void *p = h->chunk[s->chunk][s->slot].freelist; p; p = fp_get(s, p))
+			lc.live--;
+	}
+	spin_unlock(&heaps_lock);
+	memset(info, 0, sizeof(*info));
+	info->object_size = s->stride;
+	info->objects_per_slab = s->objects;
+	info->slab_bytes = (size_t)s->units << UNIT_SHIFT;
+	info->slabs = (size_t)atomic_long_read(&s->nr_slabs);
+	info->partial_slabs = READ_ONCE(s->nr_partial);
+	info->live_objects = lc.live;
+	info->slabs_allocated = (size_t)atomic_long_read(&s->slabs_allocated);
+	info->slabs_freed = (size_t)atomic_long_read(&s->slabs_freed);
+	return 0;
+}
+
+USLAB_API const char *uslab_dwcas_path(void)
+{
+	return dwcas_path_name();
+}
+
+USLAB_API size_t uslab_mapped_bytes(void)
+{
+	return segment_mapped_bytes();
+}
+
+/* ---- validation --------------------------------------------------------------------- */
+
+struct validate {
+	struct uslab_cache *s;
+	long problems;
+	size_t slabs, on_list;
+};
+
+#define VPROBLEM(v, slab, ...)                                                      \
+	do {                                                                        \
+		fprintf(stderr, "uslab: validate %s: slab %p: ", (v)->s->name,      \
+			(void *)(slab)->base);                                      \
+		fprintf(stderr, __VA_ARGS__);                                       \
+		fputc('\n', stderr);                                                \
+		(v)->problems++;                                                    \
+	} while (0)
+
+/* Walk one chain, marking objects in seen[]; returns its length. */
+static unsigned walk_chain(struct validate *v, struct slab *slab, void *p, uint64_t *seen,
+			   const char *which)
+{
+	struct uslab_cache *s = v->s;
+	unsigned n = 0;
+
+	for (; p; p = fp_get(s, p)) {
+		uintptr_t off = (uintptr_t)p - slab->base;
+
+		if (off >= (uintptr_t)s->objects * s->stride || off % s->stride) {
+			VPROBLEM(v, slab, "%s freelist leaves the slab at %p", which, p);
+			break;
+		}
+		size_t i = off / s->stride;
+		if (seen[i / 64] & (1ull << (i % 64))) {
+			VPROBLEM(v, slab, "object %p is on a freelist twice (%s)", p, which);
+			break;
+		}
+		seen[i / 64] |= 1ull << (i % 64);
+		n++;
+	}
+	return n;
+}
+
+static struct cpu_slab *find_owner(struct uslab_cache *s, struct slab *slab, bool *active)
+{
+	for (struct thread_heap *h = heaps; h; h = h->next) {
+		if (h->chunk[s->chunk] == empty_chunk)
+			continue;
+		struct cpu_slab *c = &h->chunk[s->chunk][s->slot];
+		if (c->slab == slab) {
+			*active = true;
+			return c;
+		}
+		for (struct slab *p = c->partial; p; p = p->next)
+			if (p == slab) {
+				*active = false;
+				return c;
+			}
+	}
+	return NULL;
+}
+
+static void validate_slab(struct slab *slab, void *arg)
+{
+	struct validate *v = arg;
+	struct uslab_cache *s = v->s;
+	uint64_t seen[(CTR_OBJ_MASK + 64) / 64];
+	bool active = false;
+
+	if (slab->cache != s)
+		return;
+	v->slabs++;
+	memset(seen, 0, sizeof(seen));
+	dword_t w = dwcas_read_stable(&slab->xword);
+	unsigned inuse = ctr_inuse(w.hi), objects = ctr_objects(w.hi);
+	bool frozen = ctr_frozen(w.hi);
+
+	if (objects != s->objects)
+		VPROBLEM(v, slab, "objects %u, the cache says %u", objects, s->objects);
+	unsigned shared = walk_chain(v, slab, (void *)w.lo, seen, "shared");
+	if (inuse + shared != objects)
+		VPROBLEM(v, slab, "inuse %u + free %u != objects %u", inuse, shared, objects);
+
+	struct cpu_slab *owner = find_owner(s, slab, &active);
+	if (frozen && !owner)
+		VPROBLEM(v, slab, "frozen but no thread owns it");
+	if (!frozen && owner)
+		VPROBLEM(v, slab, "owned by a thread but not frozen");
+	if (owner && active) {
+		unsigned priv = walk_chain(v, slab, owner->freelist, seen, "private");
+		if (priv > inuse)
+			VPROBLEM(v, slab, "private freelist %u longer than inuse %u", priv, inuse);
+	}
+	if (slab->on_partial)
+		v->on_list++;
+	if (frozen && slab->on_partial)
+		VPROBLEM(v, slab, "frozen and on the partial list");
+	if (!frozen && inuse == objects && slab->on_partial)
+		VPROBLEM(v, slab, "full and on the partial list");
+	if (!frozen && inuse < objects && inuse > 0 && !slab->on_partial)
+		VPROBLEM(v, slab, "partial (inuse %u of %u) but not on the partial list", inuse,
+			 objects);
+	if (!frozen && inuse == 0 && !slab->on_partial)
+		VPROBLEM(v, slab, "empty, unfrozen and on no list (leaked)");
+}
+
+USLAB_API long uslab_cache_validate(struct uslab_cache *s)
+{
+	struct validate v = { .s = s };
+	size_t listed = 0;
+
+	if (!s)
+		return 1;
+	spin_lock(&heaps_lock);
+	spin_lock(&s->list_lock);
+	for (struct slab *p = s->partial; p; p = p->next) {
+		if (!p->on_partial) {
+			fprintf(stderr, "uslab: validate %s: slab %p on the list without on_partial\n",
+				s->name, (void *)p->base);
+			v.problems++;
+		}
+		if (++listed > s->nr_partial + 1)
+			break;
+	}
+	if (listed != s->nr_partial) {
+		fprintf(stderr, "uslab: validate %s: partial list has %zu slabs, nr_partial %lu\n",
+			s->name, listed, s->nr_partial);
+		v.problems++;
+	}
+	segment_for_each_slab(validate_slab, &v);
+	if (v.on_list != listed) {
+		fprintf(stderr, "uslab: validate %s: %zu slabs marked on_partial, %zu listed\n",
+			s->name, v.on_list, listed);
+		v.problems++;
+	}
+	if ((long)v.slabs != atomic_long_read(&s->nr_slabs)) {
+		fprintf(stderr, "uslab: validate %s: found %zu slabs, nr_slabs %ld\n", s->name,
+			v.slabs, atomic_long_read(&s->nr_slabs));
+		v.problems++;
+	}
+	spin_unlock(&s->list_lock);
+	spin_unlock(&heaps_lock);
+	return v.problems;
+}

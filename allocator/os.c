@@ -1,0 +1,59 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * os.c - the platform below uslab: aligned mappings, unmapping, decommit.
+ * Nothing here allocates or takes a lock.
+ */
+#define _GNU_SOURCE
+#include "internal.h"
+
+#include <errno.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+size_t os_page_size(void)
+{
+	static size_t page;
+
+	if (!READ_ONCE(page))
+		WRITE_ONCE(page, (size_t)sysconf(_SC_PAGESIZE));
+	return READ_ONCE(page);
+}
+
+/*
+ * Map size bytes aligned to align (a power of two >= the page size): map
+ * size + align, then trim the unaligned head and the tail.
+ * Returns NULL with errno = ENOMEM on failure.
+ */
+void *os_map_aligned(size_t size, size_t align)
+{
+	size_t len = size + align;
+	char *p, *q;
+
+	if (len < size) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+		 -1, 0);
+	if (p == MAP_FAILED) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	q = (char *)round_up((uintptr_t)p, align);
+	if (q > p)
+		munmap(p, q - p);
+	if (p + len > q + size)
+		munmap(q + size, (p + len) - (q + size));
+	return q;
+}
+
+void os_unmap(void *p, size_t size)
+{
+	munmap(p, size);
+}
+
+/* Give the pages back but keep the range mapped; they read as zero again. */
+void os_decommit(void *p, size_t size)
+{
+	madvise(p, size, MADV_DONTNEED);
+}

@@ -1,0 +1,314 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * segment.c - segments, unit runs, the pointer registry, and metadata memory.
+ *
+ * A segment is SEG_SIZE bytes aligned to SEG_SIZE. Its first SEG_HDR_UNITS
+ * units hold struct segment with one descriptor (struct slab) per unit; the
+ * other units are handed out as runs that become slabs. seg_lock protects the
+ * segment list and every free_map; descriptors of a run belong to its slab.
+ *
+ * The registry answers "is this a segment of ours?" with one relaxed load: a
+ * bitmap with one bit per possible segment of the 48-bit address space (8 MiB
+ * of zero pages in .bss; only the pages covering our segments are touched).
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <string.h>
+
+#define ADDR_BITS     48
+#define REG_SEGMENTS  (1ul << (ADDR_BITS - SEG_SHIFT))
+#define REG_WORDS     (REG_SEGMENTS / 64)
+#define EMPTY_RESERVE 1   /* wholly empty segments kept mapped */
+
+static atomic_long_t seg_registry[REG_WORDS];
+static spinlock_t seg_lock = SPINLOCK_INIT;
+static struct segment *seg_list;
+static unsigned nr_empty_segments;
+static atomic_long_t mapped_bytes;
+
+bool segment_is_registered(uintptr_t seg)
+{
+	uintptr_t idx = seg >> SEG_SHIFT;
+
+	if (unlikely(idx >= REG_SEGMENTS))
+		return false;
+	return (atomic_long_read(&seg_registry[idx / 64]) >> (idx % 64)) & 1;
+}
+
+static void registry_set(uintptr_t seg, bool on)
+{
+	uintptr_t idx = seg >> SEG_SHIFT;
+	long bit = 1l << (idx % 64);
+
+	if (on)
+		atomic_long_or(bit, &seg_registry[idx / 64]);
+	else
+		atomic_long_andnot(bit, &seg_registry[idx / 64]);
+}
+
+size_t segment_mapped_bytes(void)
+{
+	return (size_t)atomic_long_read(&mapped_bytes);
+}
+
+/* ---- segments ------------------------------------------------------------ */
+
+static struct segment *segment_map(void)
+{
+	struct segment *seg = os_map_aligned(SEG_SIZE, SEG_SIZE);
+
+	if (!seg)
+		return NULL;
+	if ((uintptr_t)seg >> ADDR_BITS) {   /* outside what the registry covers */
+		os_unmap(seg, SEG_SIZE);
+		errno = ENOMEM;
+		return NULL;
+	}
+	seg->magic = SEG_MAGIC;
+	for (unsigned i = 0; i < SEG_UNITS; i++)
+		seg->desc[i].unit = i;
+	memset(seg->free_map, 0xff, sizeof(seg->free_map));
+	seg->free_map[0] &= ~((1ull << SEG_HDR_UNITS) - 1);
+	seg->free_units = SEG_UNITS - SEG_HDR_UNITS;
+	atomic_long_add(SEG_SIZE, &mapped_bytes);
+	registry_set((uintptr_t)seg, true);
+	return seg;
+}
+
+static void segment_unmap(struct segment *seg)
+{
+	registry_set((uintptr_t)seg, false);
+	seg->magic = 0;
+	atomic_long_sub(SEG_SIZE, &mapped_bytes);
+	os_unmap(seg, SEG_SIZE);
+}
+
+static void seg_list_add(struct segment *seg)
+{
+	seg->prev = NULL;
+	seg->next = seg_list;
+	if (seg_list)
+		seg_list->prev = seg;
+	seg_list = seg;
+}
+
+static void seg_list_del(struct segment *seg)
+{
+	if (seg->prev)
+		seg->prev->next = seg->next;
+	else
+		seg_list = seg->next;
+	if (seg->next)
+		seg->next->prev = seg->prev;
+}
+
+static bool unit_is_free(const struct segment *seg, unsigned i)
+{
+	return (seg->free_map[i / 64] >> (i % 64)) & 1;
+}
+
+static void units_mark(struct segment *seg, unsigned first, unsigned n, bool free)
+{
+	for (unsigned i = first; i < first + n; i++) {
+		if (free)
+			seg->free_map[i / 64] |= 1ull << (i % 64);
+		else
+			seg->free_map[i / 64] &= ~(1ull << (i % 64));
+	}
+}
+
+/* First fit run of n free units; SEG_UNITS when there is none. */
+static unsigned find_run(const struct segment *seg, unsigned n)
+{
+	unsigned run = 0;
+
+	for (unsigned i = SEG_HDR_UNITS; i < SEG_UNITS; i++) {
+		if (!unit_is_free(seg, i)) {
+			run = 0;
+			continue;
+		}
+		if (++run == n)
+			return i + 1 - n;
+	}
+	return SEG_UNITS;
+}
+
+static struct slab *run_claim(struct segment *seg, unsigned first, unsigned n)
+{
+	struct slab *head = &seg->desc[first];
+
+	if (seg->free_units == SEG_UNITS - SEG_HDR_UNITS)
+		nr_empty_segments--;
+	units_mark(seg, first, n, false);
+	seg->free_units -= n;
+	head->nunits = (uint16_t)n;
+	head->kind = SLAB_KIND_SLAB;
+	for (unsigned i = first + 1; i < first + n; i++) {
+		seg->desc[i].kind = SLAB_KIND_TAIL;
+		WRITE_ONCE(seg->desc[i].head, head);
+	}
+	WRITE_ONCE(head->head, head);
+	return head;
+}
+
+struct slab *segment_alloc_units(unsigned n)
+{
+	struct segment *seg, *fresh = NULL;
+	unsigned first;
+
+	for (;;) {
+		spin_lock(&seg_lock);
+		for (seg = seg_list; seg; seg = seg->next) {
+			if (seg->free_units < n)
+				continue;
+			first = find_run(seg, n);
+			if (first < SEG_UNITS)
+				goto found;
+		}
+		if (fresh) {
+			seg = fresh;
+			fresh = NULL;
+			seg_list_add(seg);
+			nr_empty_segments++;
+			first = SEG_HDR_UNITS;
+			goto found;
+		}
+		spin_unlock(&seg_lock);
+		/* Map outside the lock; another thread may free units meanwhile. */
+		fresh = segment_map();
+		if (!fresh)
+			return NULL;
+	}
+found:;
+	struct slab *head = run_claim(seg, first, n);
+
+	spin_unlock(&seg_lock);
+	if (fresh)   /* raced: someone else made room; keep ours as the reserve */
+		segment_give_back(fresh);
+	return head;
+}
+
+/* A mapped, never-listed segment joins the list as an empty reserve. */
+void segment_give_back(struct segment *seg)
+{
+	spin_lock(&seg_lock);
+	seg_list_add(seg);
+	nr_empty_segments++;
+	spin_unlock(&seg_lock);
+	segment_release_empty_over(EMPTY_RESERVE);
+}
+
+void segment_free_units(struct slab *head)
+{
+	struct segment *seg = ptr_segment(head);
+	unsigned first = head->unit, n = head->nunits;
+
+	os_decommit((void *)slab_start(head), (size_t)n << UNIT_SHIFT);
+	spin_lock(&seg_lock);
+	for (unsigned i = first; i < first + n; i++) {
+		seg->desc[i].kind = SLAB_KIND_FREE;
+		seg->desc[i].cache = NULL;
+		WRITE_ONCE(seg->desc[i].head, NULL);
+	}
+	units_mark(seg, first, n, true);
+	seg->free_units += n;
+	bool empty = seg->free_units == SEG_UNITS - SEG_HDR_UNITS;
+	if (empty)
+		nr_empty_segments++;
+	spin_unlock(&seg_lock);
+	if (empty)
+		segment_release_empty_over(EMPTY_RESERVE);
+}
+
+/* Unmap wholly empty segments until at most keep remain. */
+void segment_release_empty_over(unsigned keep)
+{
+	struct segment *victims = NULL, *seg, *next;
+
+	spin_lock(&seg_lock);
+	for (seg = seg_list; seg && nr_empty_segments > keep; seg = next) {
+		next = seg->next;
+		if (seg->free_units != SEG_UNITS - SEG_HDR_UNITS)
+			continue;
+		seg_list_del(seg);
+		nr_empty_segments--;
+		seg->next = victims;
+		victims = seg;
+	}
+	spin_unlock(&seg_lock);
+	for (seg = victims; seg; seg = next) {
+		next = seg->next;
+		segment_unmap(seg);
+	}
+}
+
+void segment_for_each_slab(void (*fn)(struct slab *, void *), void *arg)
+{
+	spin_lock(&seg_lock);
+	for (struct segment *seg = seg_list; seg; seg = seg->next)
+		for (unsigned i = SEG_HDR_UNITS; i < SEG_UNITS; i++)
+			if (seg->desc[i].kind == SLAB_KIND_SLAB)
+				fn(&seg->desc[i], arg);
+	spin_unlock(&seg_lock);
+}
+
+void segment_lock_all(void) { spin_lock(&seg_lock); }
+void segment_unlock_all(void) { spin_unlock(&seg_lock); }
+
+/* ---- metadata memory: heaps, cpu-slab chunks, caches ------------------------
+ * Size-segregated free lists over 64 KiB mapped blocks; never given back. */
+
+#define META_BLOCK   (64ul << 10)
+#define META_CLASSES 64            /* 64-byte steps up to 4 KiB */
+
+static spinlock_t meta_lock = SPINLOCK_INIT;
+static void *meta_free_list[META_CLASSES + 1];
+static char *meta_bump, *meta_end;
+
+void *meta_alloc(size_t size)
+{
+	size_t cls = round_up(size, CACHE_LINE) / CACHE_LINE;
+	void *p;
+
+	if (cls > META_CLASSES) {
+		p = os_map_aligned(round_up(size, os_page_size()), os_page_size());
+		return p;   /* fresh mappings read as zero */
+	}
+	spin_lock(&meta_lock);
+	p = meta_free_list[cls];
+	if (p) {
+		meta_free_list[cls] = *(void **)p;
+	} else {
+		if (!meta_bump || meta_bump + cls * CACHE_LINE > meta_end) {
+			char *blk = os_map_aligned(META_BLOCK, os_page_size());
+			if (!blk) {
+				spin_unlock(&meta_lock);
+				return NULL;
+			}
+			meta_bump = blk;
+			meta_end = blk + META_BLOCK;
+		}
+		p = meta_bump;
+		meta_bump += cls * CACHE_LINE;
+	}
+	spin_unlock(&meta_lock);
+	memset(p, 0, cls * CACHE_LINE);
+	return p;
+}
+
+void meta_free(void *p, size_t size)
+{
+	size_t cls = round_up(size, CACHE_LINE) / CACHE_LINE;
+
+	if (!p)
+		return;
+	if (cls > META_CLASSES) {
+		os_unmap(p, round_up(size, os_page_size()));
+		return;
+	}
+	spin_lock(&meta_lock);
+	*(void **)p = meta_free_list[cls];
+	meta_free_list[cls] = p;
+	spin_unlock(&meta_lock);
+}

@@ -1,0 +1,265 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * slab.c - struct slab, its coupled word, freeze/unfreeze and partial lists.
+ *
+ * The states of a slab (docs/slab.md has the full table and the arguments):
+ *
+ *   FROZEN   frozen=1. Owned by one thread: its active slab, or on its
+ *            cpu-partial list. Only the owner takes the shared freelist.
+ *   PARTIAL  frozen=0, 0 < free objects, on cache->partial.
+ *   FULL     frozen=0, no free object, on no list.
+ *   EMPTY    frozen=0, inuse=0: kept on cache->partial (up to min_partial)
+ *            or discarded back to its segment.
+ *
+ * Every change of {freelist, counters} is one dwcas on slab->xword. A thread
+ * that makes an unfrozen slab enter or leave cache->partial takes list_lock
+ * *before* its dwcas and adds/removes it before unlocking, so under list_lock
+ * "unfrozen with a live object and a free object" always means "on the list".
+ *
+ * Locking: cache->list_lock protects cache->partial, nr_partial and each
+ * slab's on_partial/next/prev while the slab is on the list. A frozen slab's
+ * next pointer belongs to its owner.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+
+/* ---- partial list (list_lock held) ----------------------------------------- */
+
+static void add_partial(struct uslab_cache *s, struct slab *slab)
+{
+	slab->prev = NULL;
+	slab->next = s->partial;
+	if (s->partial)
+		s->partial->prev = slab;
+	s->partial = slab;
+	slab->on_partial = 1;
+	s->nr_partial++;
+}
+
+static void remove_partial(struct uslab_cache *s, struct slab *slab)
+{
+	if (slab->prev)
+		slab->prev->next = slab->next;
+	else
+		s->partial = slab->next;
+	if (slab->next)
+		slab->next->prev = slab->prev;
+	slab->next = slab->prev = NULL;
+	slab->on_partial = 0;
+	s->nr_partial--;
+}
+
+/* ---- slab life --------------------------------------------------------------- */
+
+/*
+ * A new slab, FROZEN for the caller, its whole chain of objects private:
+ * the chain starts at slab->base. Runs the constructor on every object.
+ */
+struct slab *slab_new(struct uslab_cache *s)
+{
+	struct slab *slab = segment_alloc_units(s->units);
+	char *obj;
+
+	if (!slab)
+		return NULL;
+	slab->cache = s;
+	slab->base = slab_start(slab);
+	slab->next = slab->prev = NULL;
+	slab->on_partial = 0;
+	obj = (char *)slab->base;
+	for (unsigned i = 0; i < s->objects; i++, obj += s->stride) {
+		if (s->ctor)
+			s->ctor(obj);
+		fp_set(s, obj, i + 1 < s->objects ? obj + s->stride : NULL);
+	}
+	/* Not yet visible to any other thread: plain word stores suffice. */
+	WRITE_ONCE(slab->xword.lo, 0);
+	WRITE_ONCE(slab->xword.hi, ctr_make(s->objects, s->objects, true));
+	atomic_long_inc(&s->nr_slabs);
+	atomic_long_inc(&s->slabs_allocated);
+	return slab;
+}
+
+/* An EMPTY slab that no list holds goes back to its segment. */
+void slab_discard(struct uslab_cache *s, struct slab *slab)
+{
+	atomic_long_dec(&s->nr_slabs);
+	atomic_long_inc(&s->slabs_freed);
+	segment_free_units(slab);
+}
+
+/*
+ * Owner only: take the slab's shared freelist, leaving it frozen with every
+ * object counted in use. freeze=true also freezes an unfrozen slab (the
+ * caller holds list_lock and has just taken it off the partial list).
+ * Returns the chain taken (NULL if there was none and freeze was false).
+ */
+void *slab_take_freelist(struct slab *slab, bool freeze)
+{
+	dword_t old = dwcas_read(&slab->xword), nw;
+
+	do {
+		if (!old.lo && !freeze)
+			return NULL;
+		nw.lo = 0;
+		nw.hi = ctr_make(ctr_objects(old.hi), ctr_objects(old.hi), true);
+	} while (!dwcas_try_cmpxchg(&slab->xword, &old, nw));
+	return (void *)old.lo;
+}
+
+/* Under list_lock: take the first partial slab off the list and freeze it. */
+struct slab *partial_take(struct uslab_cache *s, void **freelist)
+{
+	struct slab *slab;
+
+	if (!READ_ONCE(s->partial))   /* racy peek; the lock decides */
+		return NULL;
+	spin_lock(&s->list_lock);
+	slab = s->partial;
+	if (slab) {
+		remove_partial(s, slab);
+		*freelist = slab_take_freelist(slab, true);
+	}
+	spin_unlock(&s->list_lock);
+	return slab;
+}
+
+/*
+ * Owner only: give up a frozen slab, splicing back the private chain
+ * head..tail of n objects. The slab becomes PARTIAL (list_lock held across
+ * the dwcas), FULL (no list), or EMPTY (kept or discarded; nobody else can
+ * reach an empty unfrozen slab, so no lock is needed across the dwcas).
+ */
+void slab_unfreeze(struct uslab_cache *s, struct slab *slab, void *head, void *tail, unsigned n)
+{
+	dword_t old = dwcas_read(&slab->xword), nw;
+	bool locked = false, partial;
+	unsigned inuse;
+
+	for (;;) {
+		if (tail)
+			fp_set(s, tail, (void *)old.lo);
+		inuse = ctr_inuse(old.hi) - n;
+		partial = inuse > 0 && inuse < s->objects;
+		if (partial && !locked) {
+			spin_lock(&s->list_lock);
+			locked = true;
+		} else if (!partial && locked) {
+			spin_unlock(&s->list_lock);
+			locked = false;
+		}
+		nw.lo = head ? (uintptr_t)head : old.lo;
+		nw.hi = ctr_make(inuse, s->objects, false);
+		if (dwcas_try_cmpxchg(&slab->xword, &old, nw))
+			break;
+	}
+	if (partial) {
+		add_partial(s, slab);
+		spin_unlock(&s->list_lock);
+		return;
+	}
+	if (inuse)
+		return;   /* FULL: a remote free will find it */
+	spin_lock(&s->list_lock);
+	if (s->nr_partial < s->min_partial) {
+		add_partial(s, slab);
+		slab = NULL;
+	}
+	spin_unlock(&s->list_lock);
+	if (slab)
+		slab_discard(s, slab);
+}
+
+/*
+ * Free the chain head..tail (cnt objects, tail's free pointer is set here)
+ * into a slab the caller does not own: one dwcas pushes the chain, lowers
+ * inuse and reads frozen. Transitions:
+ *   FROZEN            stays frozen; its owner will take the chain.
+ *   FULL -> FROZEN    the freeing thread freezes it onto its cpu-partial
+ *                     list (can_freeze), or, if it cannot own slabs,
+ *   FULL -> PARTIAL   adds it to the partial list (lock before the dwcas).
+ *   PARTIAL -> EMPTY  lock before the dwcas; discard beyond min_partial.
+ * Returns true when the slab was frozen for the caller (caller must then put
+ * it on its cpu-partial list).
+ */
+bool __slab_free(struct uslab_cache *s, struct slab *slab, void *head, void *tail,
+		 unsigned cnt, bool can_freeze)
+{
+	dword_t old = dwcas_read(&slab->xword), nw;
+	bool locked = false, was_frozen, frozen, need_lock;
+	unsigned inuse;
+
+	for (;;) {
+		void *prior = (void *)old.lo;
+
+		if (unlikely(ctr_inuse(old.hi) < cnt))
+			uslab_fatal("uslab_cache_free", head, "double free (object is not in use)");
+		fp_set(s, tail, prior);
+		inuse = ctr_inuse(old.hi) - cnt;
+		was_frozen = frozen = ctr_frozen(old.hi);
+		need_lock = false;
+		if (!was_frozen) {
+			if (!prior && can_freeze)
+				frozen = true;
+			else if (!prior || inuse == 0)
+				need_lock = true;
+		}
+		if (need_lock && !locked) {
+			spin_lock(&s->list_lock);
+			locked = true;
+		} else if (!need_lock && locked) {
+			spin_unlock(&s->list_lock);
+			locked = false;
+		}
+		nw.lo = (uintptr_t)head;
+		nw.hi = ctr_make(inuse, ctr_objects(old.hi), frozen);
+		if (dwcas_try_cmpxchg(&slab->xword, &old, nw))
+			break;
+	}
+	if (!locked)
+		return frozen && !was_frozen;
+
+	/* Unfrozen, lock held: it was FULL (prior NULL) or is now EMPTY. */
+	bool was_full = !slab->on_partial;
+	if (inuse == 0 && s->nr_partial + was_full > s->min_partial) {
+		if (!was_full)
+			remove_partial(s, slab);
+		spin_unlock(&s->list_lock);
+		slab_discard(s, slab);
+		return false;
+	}
+	if (was_full)
+		add_partial(s, slab);
+	spin_unlock(&s->list_lock);
+	return false;
+}
+
+/*
+ * Give empty slabs on the partial list back to their segments: all of them,
+ * or only those beyond min_partial.
+ */
+void cache_shrink_partial(struct uslab_cache *s, bool all)
+{
+	struct slab *victims = NULL, *slab, *next;
+
+	spin_lock(&s->list_lock);
+	for (slab = s->partial; slab; slab = next) {
+		next = slab->next;
+		if (!all && s->nr_partial <= s->min_partial)
+			break;
+		if (ctr_inuse(dwcas_read(&slab->xword).hi) != 0)
+			continue;
+		/* Empty and unfrozen: no thread can free into it or take it
+		 * without list_lock, so it is ours once off the list. */
+		remove_partial(s, slab);
+		slab->next = victims;
+		victims = slab;
+	}
+	spin_unlock(&s->list_lock);
+	for (slab = victims; slab; slab = next) {
+		next = slab->next;
+		slab_discard(s, slab);
+	}
+}

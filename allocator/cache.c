@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---- heaps ------------------------------------------------------------------- */
 
@@ -48,9 +49,15 @@ static void heap_key_create(void)
 	pthread_key_create(&heap_key, heap_thread_exit);
 }
 
+/* One line on stderr, then abort(). Formats on the stack and uses write(2):
+ * nothing here may allocate, since the heap may be what is broken. */
 noinline cold void uslab_fatal(const char *call, const void *p, const char *what)
 {
-	fprintf(stderr, "uslab: %s(): %s %p\n", call, what, p);
+	char buf[256];
+	int n = snprintf(buf, sizeof(buf), "uslab: %s(): %s %p\n", call, what, p);
+
+	if (n > 0 && write(2, buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1) < 0)
+		n = 0;
 	abort();
 }
 
@@ -206,10 +213,16 @@ static void cpu_partial_put(struct uslab_cache *s, struct cpu_slab *c, struct sl
 
 void *cache_alloc_slow(struct uslab_cache *s)
 {
-	struct cpu_slab *c = cpu_slab_get(s);
+	struct cpu_slab *c;
 	struct slab *slab;
 	void *obj, *freelist = NULL;
 
+	if (unlikely(!s->objects)) {   /* a static kmalloc cache before first use */
+		if (!kmalloc_init())
+			return NULL;
+		return cache_alloc_fast(s);
+	}
+	c = cpu_slab_get(s);
 	if (unlikely(!c)) {
 		errno = ENOMEM;
 		return NULL;
@@ -372,17 +385,19 @@ static int cache_id_alloc(void)
 	return -1;
 }
 
-USLAB_API struct uslab_cache *uslab_cache_create(const char *name, size_t size, size_t align,
-						 unsigned flags, void (*ctor)(void *))
+/*
+ * Fill in a cache's geometry and register it (id, registry). Used by
+ * uslab_cache_create and for the static kmalloc caches, so it allocates
+ * nothing. Returns 0, or an errno value.
+ */
+int cache_setup(struct uslab_cache *s, const char *name, size_t size, size_t align,
+		unsigned flags, void (*ctor)(void *))
 {
-	struct uslab_cache *s;
 	size_t slot;
 
 	if (size == 0 || size > CACHE_MAX_SIZE || (align & (align - 1)) ||
-	    align > os_page_size() || (flags & ~USLAB_HWCACHE_ALIGN)) {
-		errno = EINVAL;
-		return NULL;
-	}
+	    align > os_page_size() || (flags & ~USLAB_HWCACHE_ALIGN))
+		return EINVAL;
 	dwcas_init();
 	if (!align)
 		align = size >= 16 ? 16 : 8;
@@ -391,11 +406,6 @@ USLAB_API struct uslab_cache *uslab_cache_create(const char *name, size_t size, 
 	if ((flags & USLAB_HWCACHE_ALIGN) && align < CACHE_LINE)
 		align = CACHE_LINE;
 
-	s = meta_alloc(sizeof(*s));
-	if (!s) {
-		errno = ENOMEM;
-		return NULL;
-	}
 	s->size = (uint32_t)size;
 	s->align = (uint32_t)align;
 	s->flags = flags;
@@ -407,6 +417,7 @@ USLAB_API struct uslab_cache *uslab_cache_create(const char *name, size_t size, 
 	if (slot < sizeof(void *))
 		slot = sizeof(void *);
 	s->stride = (uint32_t)round_up(slot, align);
+	s->stride_magic = UINT64_MAX / s->stride + 1;
 	calculate_units(s);
 	s->min_partial = ilog2(s->stride) / 2;
 	s->min_partial = s->min_partial < 5 ? 5 : s->min_partial > 10 ? 10 : s->min_partial;
@@ -424,9 +435,23 @@ USLAB_API struct uslab_cache *uslab_cache_create(const char *name, size_t size, 
 		caches = s;
 	}
 	spin_unlock(&registry_lock);
-	if (id < 0) {
-		meta_free(s, sizeof(*s));
+	return id < 0 ? ENOMEM : 0;
+}
+
+USLAB_API struct uslab_cache *uslab_cache_create(const char *name, size_t size, size_t align,
+						 unsigned flags, void (*ctor)(void *))
+{
+	struct uslab_cache *s = meta_alloc(sizeof(*s));
+	int err;
+
+	if (!s) {
 		errno = ENOMEM;
+		return NULL;
+	}
+	err = cache_setup(s, name, size, align, flags, ctor);
+	if (err) {
+		meta_free(s, sizeof(*s));
+		errno = err;
 		return NULL;
 	}
 	return s;
@@ -689,4 +714,35 @@ USLAB_API long uslab_cache_validate(struct uslab_cache *s)
 	spin_unlock(&s->list_lock);
 	spin_unlock(&heaps_lock);
 	return v.problems;
+}
+
+/* ---- fork: this layer's locks (allocator/fork.c orders all layers) ---------------- */
+
+void caches_lock_all(void)
+{
+	spin_lock(&registry_lock);
+	spin_lock(&heaps_lock);
+	for (struct uslab_cache *s = caches; s; s = s->next)
+		spin_lock(&s->list_lock);
+}
+
+void caches_unlock_all(void)
+{
+	for (struct uslab_cache *s = caches; s; s = s->next)
+		spin_unlock(&s->list_lock);
+	spin_unlock(&heaps_lock);
+	spin_unlock(&registry_lock);
+}
+
+/* In the child: flush the heaps of threads that did not survive the fork. */
+void caches_reclaim_dead_heaps(void)
+{
+	spin_lock(&heaps_lock);
+	for (struct thread_heap *h = heaps; h; h = h->next) {
+		if (h->live && h != tls_heap) {
+			heap_flush_all(h);
+			h->live = 0;
+		}
+	}
+	spin_unlock(&heaps_lock);
 }

@@ -81,6 +81,7 @@ enum slab_kind {
 	SLAB_KIND_FREE = 0,      /* unit not in use */
 	SLAB_KIND_SLAB = 1,      /* head unit of an object slab */
 	SLAB_KIND_TAIL = 2,      /* later unit of a multi-unit run */
+	SLAB_KIND_LARGE = 3,     /* head unit of a large block (malloc) */
 };
 
 struct uslab_cache;
@@ -134,6 +135,7 @@ struct uslab_cache {
 	uint32_t chunk, slot;          /* where this cache's cpu slab lives in a heap */
 	uint32_t fp_offset;            /* free pointer offset inside an object slot */
 	uint32_t stride;               /* bytes per object slot */
+	uint64_t stride_magic;         /* ceil(2^64 / stride): on_object_boundary() */
 
 	uint32_t size;                 /* requested object size */
 	uint32_t align;
@@ -201,14 +203,18 @@ void os_decommit(void *p, size_t size);
 size_t os_page_size(void);
 
 /* ---- segment.c ------------------------------------------------------------ */
-struct slab *segment_alloc_units(unsigned nunits);   /* head desc, NULL + ENOMEM */
+/* A run of nunits units, its head descriptor marked kind (cache NULL);
+ * NULL + ENOMEM. Free units are decommitted, so a new run reads as zero. */
+struct slab *segment_alloc_units(unsigned nunits, uint8_t kind);
 void segment_free_units(struct slab *head);
+bool segment_resize_units(struct slab *head, unsigned nunits);
 size_t segment_mapped_bytes(void);
 void segment_give_back(struct segment *seg);
 void segment_release_empty_over(unsigned keep);       /* unmap empty segments */
 void segment_lock_all(void);                          /* fork: hold seg_lock */
 void segment_unlock_all(void);
-/* Visit every head descriptor of cache s (seg_lock held during the walk). */
+/* Visit every slab and large-block head (seg_lock held during the walk;
+ * a slab's cache may still be NULL while it is being set up). */
 void segment_for_each_slab(void (*fn)(struct slab *, void *), void *arg);
 
 void *meta_alloc(size_t size);                        /* zeroed, cache-line aligned */
@@ -235,6 +241,13 @@ static inline struct cpu_slab *this_cpu_slab(const struct uslab_cache *s)
 }
 
 struct cpu_slab *cpu_slab_get(struct uslab_cache *s);  /* makes a real heap/chunk */
+int cache_setup(struct uslab_cache *s, const char *name, size_t size, size_t align,
+		unsigned flags, void (*ctor)(void *));
+bool kmalloc_init(void);                               /* kmalloc.c: the static caches */
+void caches_lock_all(void);                            /* fork: registry, heaps, lists */
+void caches_unlock_all(void);
+void caches_reclaim_dead_heaps(void);
+
 void *cache_alloc_slow(struct uslab_cache *s);
 void cache_free_slow(struct uslab_cache *s, void *obj);
 noinline cold void uslab_fatal(const char *call, const void *p, const char *what);

@@ -134,7 +134,7 @@ static unsigned find_run(const struct segment *seg, unsigned n)
 	return SEG_UNITS;
 }
 
-static struct slab *run_claim(struct segment *seg, unsigned first, unsigned n)
+static struct slab *run_claim(struct segment *seg, unsigned first, unsigned n, uint8_t kind)
 {
 	struct slab *head = &seg->desc[first];
 
@@ -143,7 +143,8 @@ static struct slab *run_claim(struct segment *seg, unsigned first, unsigned n)
 	units_mark(seg, first, n, false);
 	seg->free_units -= n;
 	head->nunits = (uint16_t)n;
-	head->kind = SLAB_KIND_SLAB;
+	WRITE_ONCE(head->cache, NULL);
+	WRITE_ONCE(head->kind, kind);
 	for (unsigned i = first + 1; i < first + n; i++) {
 		seg->desc[i].kind = SLAB_KIND_TAIL;
 		WRITE_ONCE(seg->desc[i].head, head);
@@ -152,7 +153,7 @@ static struct slab *run_claim(struct segment *seg, unsigned first, unsigned n)
 	return head;
 }
 
-struct slab *segment_alloc_units(unsigned n)
+struct slab *segment_alloc_units(unsigned n, uint8_t kind)
 {
 	struct segment *seg, *fresh = NULL;
 	unsigned first;
@@ -181,7 +182,7 @@ struct slab *segment_alloc_units(unsigned n)
 			return NULL;
 	}
 found:;
-	struct slab *head = run_claim(seg, first, n);
+	struct slab *head = run_claim(seg, first, n, kind);
 
 	spin_unlock(&seg_lock);
 	if (fresh)   /* raced: someone else made room; keep ours as the reserve */
@@ -207,8 +208,8 @@ void segment_free_units(struct slab *head)
 	os_decommit((void *)slab_start(head), (size_t)n << UNIT_SHIFT);
 	spin_lock(&seg_lock);
 	for (unsigned i = first; i < first + n; i++) {
-		seg->desc[i].kind = SLAB_KIND_FREE;
-		seg->desc[i].cache = NULL;
+		WRITE_ONCE(seg->desc[i].kind, SLAB_KIND_FREE);
+		WRITE_ONCE(seg->desc[i].cache, NULL);
 		WRITE_ONCE(seg->desc[i].head, NULL);
 	}
 	units_mark(seg, first, n, true);
@@ -248,13 +249,26 @@ void segment_for_each_slab(void (*fn)(struct slab *, void *), void *arg)
 	spin_lock(&seg_lock);
 	for (struct segment *seg = seg_list; seg; seg = seg->next)
 		for (unsigned i = SEG_HDR_UNITS; i < SEG_UNITS; i++)
-			if (seg->desc[i].kind == SLAB_KIND_SLAB)
+			if (seg->desc[i].kind == SLAB_KIND_SLAB ||
+			    seg->desc[i].kind == SLAB_KIND_LARGE)
 				fn(&seg->desc[i], arg);
 	spin_unlock(&seg_lock);
 }
 
-void segment_lock_all(void) { spin_lock(&seg_lock); }
-void segment_unlock_all(void) { spin_unlock(&seg_lock); }
+static spinlock_t meta_lock;
+
+/* fork: seg_lock, then meta_lock (the documented order) */
+void segment_lock_all(void)
+{
+	spin_lock(&seg_lock);
+	spin_lock(&meta_lock);
+}
+
+void segment_unlock_all(void)
+{
+	spin_unlock(&meta_lock);
+	spin_unlock(&seg_lock);
+}
 
 /* ---- metadata memory: heaps, cpu-slab chunks, caches ------------------------
  * Size-segregated free lists over 64 KiB mapped blocks; never given back. */
@@ -262,7 +276,6 @@ void segment_unlock_all(void) { spin_unlock(&seg_lock); }
 #define META_BLOCK   (64ul << 10)
 #define META_CLASSES 64            /* 64-byte steps up to 4 KiB */
 
-static spinlock_t meta_lock = SPINLOCK_INIT;
 static void *meta_free_list[META_CLASSES + 1];
 static char *meta_bump, *meta_end;
 
@@ -311,4 +324,50 @@ void meta_free(void *p, size_t size)
 	*(void **)p = meta_free_list[cls];
 	meta_free_list[cls] = p;
 	spin_unlock(&meta_lock);
+}
+
+/*
+ * Grow or shrink the run headed by head to n units in place. Growing needs
+ * the following units free and inside the segment. Returns false (run
+ * unchanged) when that is not possible.
+ */
+bool segment_resize_units(struct slab *head, unsigned n)
+{
+	struct segment *seg = ptr_segment(head);
+	unsigned first = head->unit, have = head->nunits;
+
+	if (n == have)
+		return true;
+	if (n < have) {
+		spin_lock(&seg_lock);
+		for (unsigned i = first + n; i < first + have; i++) {
+			seg->desc[i].kind = SLAB_KIND_FREE;
+			WRITE_ONCE(seg->desc[i].head, NULL);
+		}
+		units_mark(seg, first + n, have - n, true);
+		seg->free_units += have - n;
+		head->nunits = (uint16_t)n;
+		spin_unlock(&seg_lock);
+		os_decommit((char *)slab_start(head) + ((size_t)n << UNIT_SHIFT),
+			    (size_t)(have - n) << UNIT_SHIFT);
+		return true;
+	}
+	if (first + n > SEG_UNITS)
+		return false;
+	spin_lock(&seg_lock);
+	for (unsigned i = first + have; i < first + n; i++) {
+		if (!unit_is_free(seg, i)) {
+			spin_unlock(&seg_lock);
+			return false;
+		}
+	}
+	units_mark(seg, first + have, n - have, false);
+	seg->free_units -= n - have;
+	for (unsigned i = first + have; i < first + n; i++) {
+		seg->desc[i].kind = SLAB_KIND_TAIL;
+		WRITE_ONCE(seg->desc[i].head, head);
+	}
+	head->nunits = (uint16_t)n;
+	spin_unlock(&seg_lock);
+	return true;
 }

@@ -59,12 +59,11 @@ static void remove_partial(struct uslab_cache *s, struct slab *slab)
  */
 struct slab *slab_new(struct uslab_cache *s)
 {
-	struct slab *slab = segment_alloc_units(s->units);
+	struct slab *slab = segment_alloc_units(s->units, SLAB_KIND_SLAB);
 	char *obj;
 
 	if (!slab)
 		return NULL;
-	slab->cache = s;
 	slab->base = slab_start(slab);
 	slab->next = slab->prev = NULL;
 	slab->on_partial = 0;
@@ -77,6 +76,7 @@ struct slab *slab_new(struct uslab_cache *s)
 	/* Not yet visible to any other thread: plain word stores suffice. */
 	WRITE_ONCE(slab->xword.lo, 0);
 	WRITE_ONCE(slab->xword.hi, ctr_make(s->objects, s->objects, true));
+	WRITE_ONCE(slab->cache, s);
 	atomic_long_inc(&s->nr_slabs);
 	atomic_long_inc(&s->slabs_allocated);
 	return slab;
@@ -194,8 +194,8 @@ bool __slab_free(struct uslab_cache *s, struct slab *slab, void *head, void *tai
 	for (;;) {
 		void *prior = (void *)old.lo;
 
-		if (unlikely(ctr_inuse(old.hi) < cnt))
-			uslab_fatal("uslab_cache_free", head, "double free (object is not in use)");
+		if (unlikely(ctr_inuse(old.hi) < cnt || prior == head))
+			uslab_fatal("free", head, "double free");
 		fp_set(s, tail, prior);
 		inuse = ctr_inuse(old.hi) - cnt;
 		was_frozen = frozen = ctr_frozen(old.hi);

@@ -24,9 +24,6 @@ struct uslab_cache;
 
 /* uslab_cache_create flags */
 #define USLAB_HWCACHE_ALIGN  0x1u   /* align objects to the cache line (64) */
-#define USLAB_POISON         0x2u   /* fill freed objects with 0x6b, check on alloc */
-#define USLAB_RED_ZONE       0x4u   /* guard bytes after each object, checked on free */
-#define USLAB_CONSISTENCY    0x8u   /* full double-free / foreign-pointer checks on free */
 
 /*
  * Create a cache of objects of `size` bytes (1 ... 1 MiB).
@@ -77,6 +74,43 @@ struct uslab_cache_info {
 	size_t slabs_freed;        /* total slabs given back */
 };
 int uslab_cache_info(struct uslab_cache *cache, struct uslab_cache_info *info);
+
+/* ---- the malloc family ---------------------------------------------------
+ * Always available under these names, whether or not libuslab.so also
+ * exports the standard names (the USLAB_OVERRIDE build, the default).
+ * Semantics are glibc's; see docs/malloc.md.
+ */
+void  *uslab_malloc(size_t size);
+void   uslab_free(void *ptr);
+void  *uslab_calloc(size_t nmemb, size_t size);
+void  *uslab_realloc(void *ptr, size_t size);
+void  *uslab_reallocarray(void *ptr, size_t nmemb, size_t size);
+int    uslab_posix_memalign(void **out, size_t alignment, size_t size);
+void  *uslab_aligned_alloc(size_t alignment, size_t size);
+void  *uslab_memalign(size_t alignment, size_t size);
+void  *uslab_valloc(size_t size);
+void  *uslab_pvalloc(size_t size);
+size_t uslab_malloc_usable_size(void *ptr);
+void   uslab_free_sized(void *ptr, size_t size);
+void   uslab_free_aligned_sized(void *ptr, size_t alignment, size_t size);
+
+/* Release every empty slab, the caller's cached slabs and empty segments.
+ * Returns 1 if memory was given back to the OS, else 0 (as malloc_trim). */
+int    uslab_trim(void);
+
+/* The fields of glibc's struct mallinfo2 that uslab fills. */
+struct uslab_mallinfo {
+	size_t arena;     /* bytes mapped in segments */
+	size_t ordblks, smblks;
+	size_t hblks;     /* huge blocks (own mappings) */
+	size_t hblkhd;    /* bytes in huge blocks */
+	size_t usmblks, fsmblks;
+	size_t uordblks;  /* bytes in use in segments (small + large) */
+	size_t fordblks;  /* bytes mapped in segments but not in use */
+	size_t keepcost;
+};
+struct uslab_mallinfo uslab_mallinfo(void);
+void   uslab_malloc_stats(void);   /* a short report on stderr */
 
 /* ---- whole-allocator ----------------------------------------------------- */
 

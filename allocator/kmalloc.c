@@ -1,0 +1,353 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kmalloc.c - size classes -> static caches, large runs and huge mappings.
+ *
+ * The 41 small-class caches are static objects set up lazily by the first
+ * slow-path allocation (kmalloc_init): before that their cpu slabs are the
+ * empty ones, so the fast path needs no "initialised?" test.
+ *
+ * Large blocks are runs of units in segments (descriptor kind LARGE). Huge
+ * blocks are their own mappings, recorded in an open-addressing table under
+ * huge_lock: huge allocations cost a system call anyway, and a table (rather
+ * than a segment-shaped header in the mapping) lets them have any alignment,
+ * including multiples of the segment size, and grow with mremap.
+ */
+#define _GNU_SOURCE
+#include "kmalloc.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+
+struct uslab_cache kmalloc_caches[NR_CLASSES];
+
+const uint8_t kmalloc_small_index[17] = {
+	0, 0, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 8,
+};
+
+const uint32_t kmalloc_class_size[NR_CLASSES] = {
+	8, 16, 32, 48, 64, 80, 96, 112, 128,
+	160, 192, 224, 256, 320, 384, 448, 512, 640, 768, 896, 1024,
+	1280, 1536, 1792, 2048, 2560, 3072, 3584, 4096, 5120, 6144, 7168, 8192,
+	10240, 12288, 14336, 16384, 20480, 24576, 28672, 32768,
+};
+
+static spinlock_t kmalloc_init_lock = SPINLOCK_INIT;
+static int kmalloc_ready;
+
+bool kmalloc_init(void)
+{
+	if (smp_load_acquire(&kmalloc_ready))   /* pairs with the release below */
+		return true;
+	spin_lock(&kmalloc_init_lock);
+	if (!kmalloc_ready) {
+		for (unsigned i = 0; i < NR_CLASSES; i++) {
+			char name[24];
+			unsigned sz = kmalloc_class_size[i];
+
+			snprintf(name, sizeof(name), "kmalloc-%u", sz);
+			/* natural alignment of the class: its power-of-two factor, max 16 */
+			unsigned align = sz & -sz;
+			if (align > 16)
+				align = 16;
+			if (cache_setup(&kmalloc_caches[i], name, sz, align, 0, NULL)) {
+				spin_unlock(&kmalloc_init_lock);
+				errno = ENOMEM;
+				return false;
+			}
+		}
+		smp_store_release(&kmalloc_ready, 1);
+	}
+	spin_unlock(&kmalloc_init_lock);
+	return true;
+}
+
+/* ---- huge blocks ------------------------------------------------------------ */
+
+struct huge {
+	uintptr_t addr;        /* block start (0 = empty slot, 1 = deleted) */
+	uintptr_t map;         /* mapping start */
+	size_t map_len;
+	size_t align;
+};
+
+static spinlock_t huge_lock = SPINLOCK_INIT;
+static struct huge *huge_tab;
+static size_t huge_cap, huge_used, huge_tomb;
+static atomic_long_t huge_bytes, huge_count;
+
+static size_t huge_hash(uintptr_t a, size_t cap)
+{
+	return (size_t)((a >> 12) * 0x9E3779B97F4A7C15ull >> 20) & (cap - 1);
+}
+
+static struct huge *huge_find(uintptr_t a)
+{
+	if (!huge_tab)
+		return NULL;
+	for (size_t i = huge_hash(a, huge_cap);; i = (i + 1) & (huge_cap - 1)) {
+		if (huge_tab[i].addr == a)
+			return &huge_tab[i];
+		if (huge_tab[i].addr == 0)
+			return NULL;
+	}
+}
+
+static bool huge_grow(void)
+{
+	size_t cap = huge_cap ? huge_cap * 2 : 256;
+	struct huge *tab = os_map_aligned(cap * sizeof(*tab), os_page_size()), *old = huge_tab;
+
+	if (!tab)
+		return false;
+	for (size_t j = 0; j < huge_cap; j++) {
+		if (old[j].addr <= 1)
+			continue;
+		size_t i = huge_hash(old[j].addr, cap);
+		while (tab[i].addr)
+			i = (i + 1) & (cap - 1);
+		tab[i] = old[j];
+	}
+	huge_tab = tab;
+	if (old)
+		os_unmap(old, huge_cap * sizeof(*old));
+	huge_cap = cap;
+	huge_tomb = 0;
+	return true;
+}
+
+static bool huge_insert(const struct huge *h)
+{
+	spin_lock(&huge_lock);
+	if ((huge_used + huge_tomb + 1) * 2 > huge_cap && !huge_grow()) {
+		spin_unlock(&huge_lock);
+		return false;
+	}
+	size_t i = huge_hash(h->addr, huge_cap);
+	while (huge_tab[i].addr > 1)
+		i = (i + 1) & (huge_cap - 1);
+	if (huge_tab[i].addr == 1)
+		huge_tomb--;
+	huge_tab[i] = *h;
+	huge_used++;
+	spin_unlock(&huge_lock);
+	atomic_long_add((long)h->map_len, &huge_bytes);
+	atomic_long_inc(&huge_count);
+	return true;
+}
+
+/* Remove and return the record of block a; false if a is not a huge block. */
+static bool huge_remove(uintptr_t a, struct huge *out)
+{
+	spin_lock(&huge_lock);
+	struct huge *h = huge_find(a);
+	if (h) {
+		*out = *h;
+		h->addr = 1;
+		huge_used--;
+		huge_tomb++;
+	}
+	spin_unlock(&huge_lock);
+	if (h) {
+		atomic_long_sub((long)out->map_len, &huge_bytes);
+		atomic_long_dec(&huge_count);
+	}
+	return h != NULL;
+}
+
+static bool huge_lookup(uintptr_t a, struct huge *out)
+{
+	spin_lock(&huge_lock);
+	struct huge *h = huge_find(a);
+	if (h)
+		*out = *h;
+	spin_unlock(&huge_lock);
+	return h != NULL;
+}
+
+static void *huge_alloc(size_t n, size_t align)
+{
+	size_t page = os_page_size();
+	size_t len = round_up(n, page);
+	struct huge h;
+	void *p;
+
+	if (len < n) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	if (align <= page) {
+		p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (p == MAP_FAILED) {
+			errno = ENOMEM;
+			return NULL;
+		}
+		align = page;
+	} else {
+		p = os_map_aligned(len, align);
+		if (!p)
+			return NULL;
+	}
+	h = (struct huge){ .addr = (uintptr_t)p, .map = (uintptr_t)p, .map_len = len, .align = align };
+	if (!huge_insert(&h)) {
+		os_unmap(p, len);
+		errno = ENOMEM;
+		return NULL;
+	}
+	return p;
+}
+
+size_t kmalloc_huge_bytes(void)
+{
+	return (size_t)atomic_long_read(&huge_bytes);
+}
+
+size_t kmalloc_huge_count(void)
+{
+	return (size_t)atomic_long_read(&huge_count);
+}
+
+/* ---- large blocks ------------------------------------------------------------ */
+
+static void *large_alloc(size_t n)
+{
+	unsigned units = (unsigned)((n + UNIT_SIZE - 1) >> UNIT_SHIFT);
+	struct slab *head = segment_alloc_units(units, SLAB_KIND_LARGE);
+
+	if (!head)
+		return NULL;
+	head->base = slab_start(head);
+	return (void *)head->base;
+}
+
+void *malloc_large_or_huge(size_t n, size_t align)
+{
+	if (n > PTRDIFF_MAX) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	if (n <= LARGE_MAX && align <= UNIT_SIZE)
+		return large_alloc(n);
+	return huge_alloc(n, align);
+}
+
+noinline cold void free_invalid(const void *p, const char *call)
+{
+	uslab_fatal(call, p, "invalid pointer");
+}
+
+/* free of anything but a small object: large run, huge block, or garbage. */
+void free_nonsmall(void *p, struct slab *slab, const char *call)
+{
+	struct huge h;
+
+	if (slab) {
+		uint8_t kind = SLAB_KIND_LARGE;
+
+		if ((uintptr_t)p != slab->base)
+			free_invalid(p, call);
+		/* claim the block: a second free of it finds the kind changed */
+		if (!try_cmpxchg_acq_rel(&slab->kind, &kind, SLAB_KIND_TAIL))
+			uslab_fatal(call, p, kind == SLAB_KIND_TAIL ? "double free" : "invalid pointer");
+		segment_free_units(slab);
+		return;
+	}
+	if (!huge_remove((uintptr_t)p, &h))
+		free_invalid(p, call);
+	os_unmap((void *)h.map, h.map_len);
+}
+
+/* Bytes the caller may use at p; 0 for NULL. Aborts on a foreign pointer. */
+size_t kmalloc_usable_size(const void *p, const char *call)
+{
+	struct huge h;
+
+	if (!p)
+		return 0;
+	struct slab *slab = ptr_to_slab(p);
+	if (slab) {
+		uintptr_t off = (uintptr_t)p - slab->base;
+		if (slab->kind == SLAB_KIND_SLAB && on_object_boundary(slab->cache, off))
+			return slab->cache->stride;
+		if (slab->kind == SLAB_KIND_LARGE && off == 0)
+			return (size_t)slab->nunits << UNIT_SHIFT;
+		free_invalid(p, call);
+	}
+	if (!huge_lookup((uintptr_t)p, &h))
+		free_invalid(p, call);
+	return h.map_len - ((uintptr_t)p - h.map);
+}
+
+/*
+ * Resize p in place when its block allows it: the same small class range,
+ * a large run that can grow into free neighbouring units or shrink, or a
+ * huge mapping that mremap can resize (moving it if needed). Returns the
+ * (possibly moved) block, or NULL when the caller must allocate and copy.
+ */
+void *kmalloc_resize(void *p, size_t n)
+{
+	struct slab *slab = ptr_to_slab(p);
+	struct huge h;
+
+	if (slab && slab->kind == SLAB_KIND_SLAB) {
+		size_t have = slab->cache->stride;
+		return (n <= have && (n > have / 2 || have <= 16)) ? p : NULL;
+	}
+	if (slab) {   /* large */
+		if (n <= SMALL_MAX || n > LARGE_MAX)
+			return NULL;
+		unsigned units = (unsigned)((n + UNIT_SIZE - 1) >> UNIT_SHIFT);
+		return segment_resize_units(slab, units) ? p : NULL;
+	}
+	if (n <= LARGE_MAX || !huge_lookup((uintptr_t)p, &h))
+		return NULL;
+	if (h.align > os_page_size() || h.map != (uintptr_t)p)
+		return NULL;
+	size_t len = round_up(n, os_page_size());
+	void *q = mremap((void *)h.map, h.map_len, len, MREMAP_MAYMOVE);
+	if (q == MAP_FAILED)
+		return NULL;
+	huge_remove((uintptr_t)p, &h);
+	h.addr = h.map = (uintptr_t)q;
+	h.map_len = len;
+	if (!huge_insert(&h)) {   /* table full and cannot grow: keep it consistent */
+		os_unmap(q, len);
+		errno = ENOMEM;
+		return NULL;
+	}
+	return q;
+}
+
+/* Small class for an aligned request: the first class >= n whose size is a
+ * multiple of align (objects then start on align boundaries). */
+void *kmalloc_aligned(size_t align, size_t n)
+{
+	size_t want = n > align ? n : align;
+
+	/* slabs start on unit boundaries, so a class that is a multiple of
+	 * align (<= UNIT_SIZE) puts every object on an align boundary */
+	if (want <= SMALL_MAX && align <= UNIT_SIZE) {
+		for (unsigned c = size_class(want); c < NR_CLASSES; c++)
+			if (kmalloc_class_size[c] % align == 0)
+				return cache_alloc_fast(&kmalloc_caches[c]);
+	}
+	return malloc_large_or_huge(n, align);
+}
+
+/* Give back everything that can be: the caller's cached slabs, empty slabs
+ * of every cache, empty segments. Returns true if memory was released. */
+bool kmalloc_trim(void)
+{
+	size_t before = segment_mapped_bytes();
+
+	uslab_thread_flush();
+	if (smp_load_acquire(&kmalloc_ready))
+		for (unsigned i = 0; i < NR_CLASSES; i++)
+			cache_shrink_partial(&kmalloc_caches[i], true);
+	segment_release_empty_over(0);
+	return segment_mapped_bytes() < before;
+}
+
+void kmalloc_fork_prepare(void) { spin_lock(&huge_lock); }
+void kmalloc_fork_release(void) { spin_unlock(&huge_lock); }

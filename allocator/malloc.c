@@ -1,0 +1,210 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * malloc.c - the malloc family under uslab_ names (always exported).
+ * override.c maps the standard names onto the same code.
+ *
+ * Semantics follow glibc's manual: malloc(0) returns a unique pointer;
+ * realloc(p, 0) frees p and returns NULL; size overflow and sizes that
+ * cannot be mapped give NULL with errno = ENOMEM; memalign and
+ * aligned_alloc round a non-power-of-two alignment up; posix_memalign
+ * returns EINVAL for an alignment that is not a power of two multiple of
+ * sizeof(void *).
+ */
+#define _GNU_SOURCE
+#include "kmalloc.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+USLAB_API void *uslab_malloc(size_t n)
+{
+	return kmalloc(n);
+}
+
+USLAB_API void uslab_free(void *p)
+{
+	kfree(p, "free");
+}
+
+USLAB_API void *uslab_calloc(size_t n, size_t m)
+{
+	size_t bytes;
+	void *p;
+
+	if (unlikely(__builtin_mul_overflow(n, m, &bytes))) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	p = kmalloc(bytes);
+	/* large runs and huge mappings come zeroed: free units are decommitted */
+	if (p && bytes <= SMALL_MAX)
+		memset(p, 0, bytes);
+	return p;
+}
+
+USLAB_API void *uslab_realloc(void *p, size_t n)
+{
+	void *q;
+
+	if (!p)
+		return kmalloc(n);
+	if (n == 0) {
+		kfree(p, "realloc");
+		return NULL;
+	}
+	size_t have = kmalloc_usable_size(p, "realloc");
+	q = kmalloc_resize(p, n);
+	if (q)
+		return q;
+	q = kmalloc(n);
+	if (!q)
+		return NULL;   /* p is untouched, errno = ENOMEM */
+	memcpy(q, p, have < n ? have : n);
+	kfree(p, "realloc");
+	return q;
+}
+
+USLAB_API void *uslab_reallocarray(void *p, size_t n, size_t m)
+{
+	size_t bytes;
+
+	if (unlikely(__builtin_mul_overflow(n, m, &bytes))) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	return uslab_realloc(p, bytes);
+}
+
+static size_t pow2_ceil(size_t a)
+{
+	if (a <= 1)
+		return 1;
+	if (a > (SIZE_MAX >> 1) + 1)
+		return 0;
+	return (size_t)1 << (64 - __builtin_clzl(a - 1));
+}
+
+USLAB_API void *uslab_memalign(size_t align, size_t n)
+{
+	align = pow2_ceil(align);
+	if (!align) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if (align <= 16)
+		return kmalloc(n);
+	return kmalloc_aligned(align, n);
+}
+
+USLAB_API void *uslab_aligned_alloc(size_t align, size_t n)
+{
+	return uslab_memalign(align, n);
+}
+
+USLAB_API int uslab_posix_memalign(void **out, size_t align, size_t n)
+{
+	void *p;
+
+	if (align < sizeof(void *) || (align & (align - 1)))
+		return EINVAL;
+	int saved = errno;
+	p = uslab_memalign(align, n);
+	if (!p) {
+		errno = saved;   /* posix_memalign reports through its result only */
+		return ENOMEM;
+	}
+	*out = p;
+	return 0;
+}
+
+USLAB_API void *uslab_valloc(size_t n)
+{
+	return uslab_memalign(os_page_size(), n);
+}
+
+USLAB_API void *uslab_pvalloc(size_t n)
+{
+	size_t page = os_page_size();
+	size_t r = round_up(n ? n : 1, page);
+
+	if (r < n) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	return uslab_memalign(page, r);
+}
+
+USLAB_API size_t uslab_malloc_usable_size(void *p)
+{
+	return kmalloc_usable_size(p, "malloc_usable_size");
+}
+
+USLAB_API void uslab_free_sized(void *p, size_t n)
+{
+	(void)n;
+	kfree(p, "free_sized");
+}
+
+USLAB_API void uslab_free_aligned_sized(void *p, size_t align, size_t n)
+{
+	(void)align;
+	(void)n;
+	kfree(p, "free_aligned_sized");
+}
+
+USLAB_API int uslab_trim(void)
+{
+	return kmalloc_trim();
+}
+
+/* ---- glibc-style reports ------------------------------------------------------ */
+
+struct usage {
+	size_t slab_bytes, used_bytes, large_bytes;
+};
+
+static void add_usage(struct slab *slab, void *arg)
+{
+	struct usage *u = arg;
+
+	struct uslab_cache *s = READ_ONCE(slab->cache);
+
+	if (slab->kind == SLAB_KIND_LARGE) {
+		u->large_bytes += (size_t)slab->nunits << UNIT_SHIFT;
+		return;
+	}
+	if (!s)
+		return;   /* being set up */
+	u->slab_bytes += (size_t)slab->nunits << UNIT_SHIFT;
+	u->used_bytes += (size_t)ctr_inuse(dwcas_read(&slab->xword).hi) * s->stride;
+}
+
+USLAB_API struct uslab_mallinfo uslab_mallinfo(void)
+{
+	struct usage u = { 0 };
+	struct uslab_mallinfo mi = { 0 };
+
+	segment_for_each_slab(add_usage, &u);
+	mi.arena = segment_mapped_bytes();
+	mi.hblks = kmalloc_huge_count();
+	mi.hblkhd = kmalloc_huge_bytes();
+	mi.uordblks = u.used_bytes + u.large_bytes;
+	mi.fordblks = mi.arena - mi.uordblks;
+	mi.keepcost = 0;
+	return mi;
+}
+
+USLAB_API void uslab_malloc_stats(void)
+{
+	struct uslab_mallinfo mi = uslab_mallinfo();
+
+	fprintf(stderr, "uslab (dwcas: %s)\n", dwcas_path_name());
+	fprintf(stderr, "system bytes     = %10zu\n", mi.arena);
+	fprintf(stderr, "in use bytes     = %10zu\n", mi.uordblks);
+	fprintf(stderr, "Total (incl. mmap):\n");
+	fprintf(stderr, "system bytes     = %10zu\n", mi.arena + mi.hblkhd);
+	fprintf(stderr, "in use bytes     = %10zu\n", mi.uordblks + mi.hblkhd);
+	fprintf(stderr, "max mmap regions = %10zu\n", mi.hblks);
+	fprintf(stderr, "max mmap bytes   = %10zu\n", mi.hblkhd);
+}

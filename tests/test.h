@@ -82,3 +82,15 @@ static inline uint64_t test_rand(uint64_t *s)
 }
 
 #endif
+
+#ifdef USLAB_TEST_PRELOAD
+#include <dlfcn.h>
+/* Drop-in tests must really run on uslab: fail loudly if the preload is missing. */
+static inline void test_require_uslab(void)
+{
+	if (!dlsym(RTLD_DEFAULT, "uslab_malloc")) {
+		fprintf(stderr, "this test must run with LD_PRELOAD=libuslab.so\n");
+		exit(1);
+	}
+}
+#endif

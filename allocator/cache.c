@@ -79,7 +79,8 @@ static struct thread_heap *heap_get(void)
 			spin_unlock(&heaps_lock);
 			return NULL;
 		}
-		for (unsigned k = 0; k < NR_CHUNKS; k++)
+		h->chunk[0] = h->chunk0;
+		for (unsigned k = 1; k < NR_CHUNKS; k++)
 			h->chunk[k] = empty_chunk;
 		h->next = heaps;
 		heaps = h;
@@ -108,7 +109,7 @@ struct cpu_slab *cpu_slab_get(struct uslab_cache *s)
 		h->chunk[s->chunk] = chunk;
 		spin_unlock(&heaps_lock);
 	}
-	return &h->chunk[s->chunk][s->slot];
+	return heap_cpu_slab(h, s);
 }
 
 static void heap_flush_all(struct thread_heap *h)
@@ -163,23 +164,55 @@ static void cpu_slab_activate(struct cpu_slab *c, struct uslab_cache *s, struct 
 	c->span = (uintptr_t)s->objects * s->stride;
 }
 
+/* The slab is frozen for this heap: from now on its owner's frees are local. */
+static void slab_set_owner(struct slab *slab, struct thread_heap *h)
+{
+	WRITE_ONCE(slab->owner, h);
+}
+
+/*
+ * Owner only: give up a frozen slab. Its private objects are the chain
+ * `chain` (the cpu freelist, for the active slab) plus its owner-local
+ * list; both are spliced back by one dwcas in slab_unfreeze. owner is
+ * cleared first, so no later free by this thread goes to the local list.
+ */
+static void slab_release(struct uslab_cache *s, struct slab *slab, void *chain)
+{
+	void *head = NULL, *tail = NULL;
+	unsigned n = 0;
+
+	WRITE_ONCE(slab->owner, NULL);
+	for (void *p = chain; p; p = fp_get(s, p)) {
+		tail = p;
+		n++;
+	}
+	head = chain;
+	if (slab->local_free) {
+		if (tail)
+			fp_set(s, tail, slab->local_free);
+		else
+			head = slab->local_free;
+		for (void *p = slab->local_free; p; p = fp_get(s, p)) {
+			tail = p;
+			n++;
+		}
+		slab->local_free = NULL;
+	}
+	slab_unfreeze(s, slab, head, tail, n);
+}
+
 /* Give up the active slab: splice the private chain back and unfreeze. */
 static void cpu_slab_deactivate(struct uslab_cache *s, struct cpu_slab *c)
 {
 	struct slab *slab = c->slab;
-	void *head = c->freelist, *tail = NULL;
-	unsigned n = 0;
+	void *chain = c->freelist;
 
 	if (!slab)
 		return;
-	for (void *p = head; p; p = fp_get(s, p)) {
-		tail = p;
-		n++;
-	}
 	c->slab = NULL;
 	c->freelist = NULL;
 	c->base = c->span = 0;
-	slab_unfreeze(s, slab, head, tail, n);
+	slab_release(s, slab, chain);
 }
 
 static void cpu_partial_drain(struct uslab_cache *s, struct cpu_slab *c)
@@ -191,7 +224,7 @@ static void cpu_partial_drain(struct uslab_cache *s, struct cpu_slab *c)
 	for (; slab; slab = next) {
 		next = slab->next;
 		slab->next = NULL;
-		slab_unfreeze(s, slab, NULL, NULL, 0);
+		slab_release(s, slab, NULL);
 	}
 }
 
@@ -206,9 +239,22 @@ static void cpu_partial_put(struct uslab_cache *s, struct cpu_slab *c, struct sl
 {
 	if (c->nr_partial >= s->cpu_partial)
 		cpu_partial_drain(s, c);
+	slab_set_owner(slab, tls_heap);
 	slab->next = c->partial;
 	c->partial = slab;
 	c->nr_partial++;
+}
+
+/* Owner only: the objects a frozen slab can give now (local list first). */
+static void *slab_take_private(struct slab *slab)
+{
+	void *chain = slab->local_free;
+
+	if (chain) {
+		slab->local_free = NULL;
+		return chain;
+	}
+	return slab_take_freelist(slab, false);
 }
 
 void *cache_alloc_slow(struct uslab_cache *s)
@@ -231,7 +277,7 @@ void *cache_alloc_slow(struct uslab_cache *s)
 		goto pop;
 	if (c->slab) {
 		/* remote frees to the active slab first */
-		freelist = slab_take_freelist(c->slab, false);
+		freelist = slab_take_private(c->slab);
 		if (freelist) {
 			c->freelist = freelist;
 			goto pop;
@@ -242,10 +288,10 @@ void *cache_alloc_slow(struct uslab_cache *s)
 		c->partial = slab->next;
 		c->nr_partial--;
 		slab->next = NULL;
-		freelist = slab_take_freelist(slab, false);
+		freelist = slab_take_private(slab);
 		if (freelist)
 			goto activate;
-		slab_unfreeze(s, slab, NULL, NULL, 0);   /* cannot happen; stay safe */
+		slab_release(s, slab, NULL);   /* cannot happen; stay safe */
 	}
 	slab = partial_take(s, &freelist);
 	if (!slab) {
@@ -256,6 +302,7 @@ void *cache_alloc_slow(struct uslab_cache *s)
 		}
 		freelist = (void *)slab->base;
 	}
+	slab_set_owner(slab, tls_heap);
 activate:
 	cpu_slab_activate(c, s, slab, freelist);
 pop:
@@ -278,14 +325,29 @@ static struct slab *object_slab(struct uslab_cache *s, void *obj, const char *ca
 	return slab;
 }
 
-/* Free of an object outside the active slab: one dwcas on its slab. */
-void cache_free_slow(struct uslab_cache *s, void *obj)
+/*
+ * Free outside the active slab, the slab already looked up: a local push if
+ * this thread froze the slab, else one dwcas on it (which may freeze a FULL
+ * slab for us, onto our cpu-partial list).
+ */
+void slab_free_slow(struct uslab_cache *s, struct slab *slab, void *obj)
 {
-	struct slab *slab = object_slab(s, obj, "uslab_cache_free");
 	struct cpu_slab *c = cpu_slab_get(s);
 
+	if (c && READ_ONCE(slab->owner) == tls_heap) {
+		if (unlikely(obj == slab->local_free))
+			uslab_fatal("free", obj, "double free");
+		fp_set(s, obj, slab->local_free);
+		slab->local_free = obj;
+		return;
+	}
 	if (__slab_free(s, slab, obj, obj, 1, c != NULL))
 		cpu_partial_put(s, c, slab);
+}
+
+void cache_free_slow(struct uslab_cache *s, void *obj)
+{
+	slab_free_slow(s, object_slab(s, obj, "uslab_cache_free"), obj);
 }
 
 /* ---- the API ------------------------------------------------------------------------ */
@@ -373,9 +435,17 @@ static void calculate_units(struct uslab_cache *s)
 	}
 }
 
-static int cache_id_alloc(void)
+/* registry_lock held. want >= 0: exactly that id; else the first free one
+ * above the ids reserved for the kmalloc caches. */
+static int cache_id_alloc(int want)
 {
-	for (unsigned w = 0; w < MAX_CACHES / 64; w++) {
+	if (want >= 0) {
+		if (cache_ids[want / 64] & (1ull << (want % 64)))
+			return -1;
+		cache_ids[want / 64] |= 1ull << (want % 64);
+		return want;
+	}
+	for (unsigned w = KMALLOC_IDS / 64; w < MAX_CACHES / 64; w++) {
 		if (cache_ids[w] == ~0ull)
 			continue;
 		unsigned b = __builtin_ctzll(~cache_ids[w]);
@@ -391,7 +461,7 @@ static int cache_id_alloc(void)
  * nothing. Returns 0, or an errno value.
  */
 int cache_setup(struct uslab_cache *s, const char *name, size_t size, size_t align,
-		unsigned flags, void (*ctor)(void *))
+		unsigned flags, void (*ctor)(void *), int want_id)
 {
 	size_t slot;
 
@@ -426,11 +496,11 @@ int cache_setup(struct uslab_cache *s, const char *name, size_t size, size_t ali
 	snprintf(s->name, sizeof(s->name), "%s", name ? name : "unnamed");
 
 	spin_lock(&registry_lock);
-	int id = cache_id_alloc();
+	int id = cache_id_alloc(want_id);
 	if (id >= 0) {
 		s->id = (unsigned)id;
 		s->chunk = (uint32_t)id / CPU_CHUNK;
-		s->slot = (uint32_t)id % CPU_CHUNK;
+		s->cpu_offset = (uint32_t)(id % CPU_CHUNK) * sizeof(struct cpu_slab);
 		s->next = caches;
 		caches = s;
 	}
@@ -448,7 +518,7 @@ USLAB_API struct uslab_cache *uslab_cache_create(const char *name, size_t size, 
 		errno = ENOMEM;
 		return NULL;
 	}
-	err = cache_setup(s, name, size, align, flags, ctor);
+	err = cache_setup(s, name, size, align, flags, ctor, -1);
 	if (err) {
 		meta_free(s, sizeof(*s));
 		errno = err;
@@ -462,7 +532,7 @@ static void flush_all_heaps(struct uslab_cache *s)
 {
 	for (struct thread_heap *h = heaps; h; h = h->next)
 		if (h->chunk[s->chunk] != empty_chunk)
-			cpu_slab_flush(s, &h->chunk[s->chunk][s->slot]);
+			cpu_slab_flush(s, heap_cpu_slab(h, s));
 }
 
 struct live_count {
@@ -478,6 +548,8 @@ static void count_live(struct slab *slab, void *arg)
 		return;
 	lc->slabs++;
 	lc->live += ctr_inuse(dwcas_read(&slab->xword).hi);
+	for (void *p = slab->local_free; p; p = fp_get(lc->s, p))
+		lc->live--;   /* owner-local frees are counted in use in the word */
 }
 
 USLAB_API int uslab_cache_destroy(struct uslab_cache *s)
@@ -516,7 +588,7 @@ USLAB_API void uslab_cache_shrink(struct uslab_cache *s)
 
 	if (h != &empty_heap && h->chunk[s->chunk] != empty_chunk) {
 		spin_lock(&heaps_lock);
-		cpu_slab_flush(s, &h->chunk[s->chunk][s->slot]);
+		cpu_slab_flush(s, heap_cpu_slab(h, s));
 		spin_unlock(&heaps_lock);
 	}
 	cache_shrink_partial(s, true);
@@ -546,7 +618,7 @@ USLAB_API int uslab_cache_info(struct uslab_cache *s, struct uslab_cache_info *i
 	for (struct thread_heap *h = heaps; h; h = h->next) {
 		if (h->chunk[s->chunk] == empty_chunk)
 			continue;
-		for (void *p = h->chunk[s->chunk][s->slot].freelist; p; p = fp_get(s, p))
+		for (void *p = heap_cpu_slab(h, s)->freelist; p; p = fp_get(s, p))
 			lc.live--;
 	}
 	spin_unlock(&heaps_lock);
@@ -614,25 +686,6 @@ static unsigned walk_chain(struct validate *v, struct slab *slab, void *p, uint6
 	return n;
 }
 
-static struct cpu_slab *find_owner(struct uslab_cache *s, struct slab *slab, bool *active)
-{
-	for (struct thread_heap *h = heaps; h; h = h->next) {
-		if (h->chunk[s->chunk] == empty_chunk)
-			continue;
-		struct cpu_slab *c = &h->chunk[s->chunk][s->slot];
-		if (c->slab == slab) {
-			*active = true;
-			return c;
-		}
-		for (struct slab *p = c->partial; p; p = p->next)
-			if (p == slab) {
-				*active = false;
-				return c;
-			}
-	}
-	return NULL;
-}
-
 static void validate_slab(struct slab *slab, void *arg)
 {
 	struct validate *v = arg;
@@ -654,16 +707,31 @@ static void validate_slab(struct slab *slab, void *arg)
 	if (inuse + shared != objects)
 		VPROBLEM(v, slab, "inuse %u + free %u != objects %u", inuse, shared, objects);
 
-	struct cpu_slab *owner = find_owner(s, slab, &active);
+	struct thread_heap *owner = READ_ONCE(slab->owner);
 	if (frozen && !owner)
 		VPROBLEM(v, slab, "frozen but no thread owns it");
 	if (!frozen && owner)
 		VPROBLEM(v, slab, "owned by a thread but not frozen");
-	if (owner && active) {
-		unsigned priv = walk_chain(v, slab, owner->freelist, seen, "private");
-		if (priv > inuse)
-			VPROBLEM(v, slab, "private freelist %u longer than inuse %u", priv, inuse);
+	if (!frozen && slab->local_free)
+		VPROBLEM(v, slab, "unfrozen with an owner-local freelist");
+	unsigned priv = walk_chain(v, slab, slab->local_free, seen, "owner-local");
+	if (owner && owner->chunk[s->chunk] != empty_chunk) {
+		struct cpu_slab *c = heap_cpu_slab(owner, s);
+		active = c->slab == slab;
+		if (active)
+			priv += walk_chain(v, slab, c->freelist, seen, "private");
+		if (!active) {
+			bool listed = false;
+			for (struct slab *p = c->partial; p; p = p->next)
+				listed |= p == slab;
+			if (!listed)
+				VPROBLEM(v, slab, "owner holds it neither active nor cpu-partial");
+		}
+	} else if (owner) {
+		VPROBLEM(v, slab, "owner heap has no cpu slab for this cache");
 	}
+	if (priv > inuse)
+		VPROBLEM(v, slab, "private objects %u exceed inuse %u", priv, inuse);
 	if (slab->on_partial)
 		v->on_list++;
 	if (frozen && slab->on_partial)

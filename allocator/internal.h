@@ -6,7 +6,7 @@
  *
  *   segment: SEG_SIZE bytes aligned to SEG_SIZE, carved into UNIT_SIZE units.
  *   +------------------+--------+--------+-----+--------+
- *   | header (2 units) | unit 2 | unit 3 | ... | unit N |
+ *   | header (3 units) | unit 3 | unit 4 | ... | unit N |
  *   | struct segment   |   slabs are runs of 1..SLAB_MAX_UNITS units
  *   |  .desc[N] ------------> one struct slab per unit (tails point to head)
  *   +------------------+--------+--------+-----+--------+
@@ -30,6 +30,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Everything declared from here on is internal to the library: hidden, so
+ * the fast paths reach it without a trip through the GOT. */
+#pragma GCC visibility push(hidden)
+
 #define USLAB_API __attribute__((visibility("default")))
 #define noinline __attribute__((noinline))
 #define cold __attribute__((cold))
@@ -39,12 +43,13 @@
 #define UNIT_SHIFT     14                     /* 16 KiB units */
 #define UNIT_SIZE      (1ul << UNIT_SHIFT)
 #define SEG_UNITS      (SEG_SIZE / UNIT_SIZE) /* 256 */
-#define SEG_HDR_UNITS  2
+#define SEG_HDR_UNITS  3                      /* 256 x 128-byte descriptors + fields */
 #define SLAB_MAX_UNITS 128                    /* 2 MiB: enough for a 1 MiB object */
 #define CACHE_MAX_SIZE (1ul << 20)
 #define CACHE_LINE     64
 
 #define MAX_CACHES     4096                   /* live caches at once */
+#define KMALLOC_IDS    64                     /* ids reserved for kmalloc caches */
 #define CPU_CHUNK      64                     /* cpu slabs per per-thread chunk */
 #define NR_CHUNKS      (MAX_CACHES / CPU_CHUNK)
 
@@ -86,24 +91,34 @@ enum slab_kind {
 
 struct uslab_cache;
 
+struct thread_heap;
+
 struct slab {
+	/* first cache line: everything malloc's free fast path reads */
 	dword_t xword;                 /* {freelist, counters}: dwcas only */
-	struct uslab_cache *cache;
-	struct slab *next, *prev;      /* partial list (list_lock) or cpu-partial (owner) */
 	struct slab *head;             /* head descriptor of this unit's run */
 	uintptr_t base;                /* first object */
+	struct thread_heap *owner;     /* heap that froze it (written by that heap only) */
+	void *local_free;              /* owner-only: its frees into this frozen slab */
+	uint64_t kfree_magic;          /* kmalloc slab: see object_index_ok(); else 0 */
+	uint64_t kfree_limit;
+	/* second line */
+	struct uslab_cache *cache;
+	struct slab *next, *prev;      /* partial list (list_lock) or cpu-partial (owner) */
 	uint16_t nunits;
 	uint8_t kind;
 	uint8_t on_partial;            /* on cache->partial; changed under list_lock */
 	uint32_t unit;                 /* index of this unit in its segment */
+	uint32_t span;                 /* objects * stride */
+	char pad[28];
 };
 _Static_assert(offsetof(struct slab, xword) % 16 == 0, "the coupled word must be 16-aligned");
-_Static_assert(sizeof(struct slab) == 64, "one descriptor per cache line");
+_Static_assert(offsetof(struct slab, cache) == 64, "free-path fields share one cache line");
+_Static_assert(sizeof(struct slab) == 128, "descriptors are two cache lines (ptr_to_slab's << 7)");
 
 struct segment {
 	uint64_t magic;
 	struct segment *next, *prev;   /* all segments, under seg_lock */
-	atomic_t used_units;           /* units handed out (biased: top bit = releasing) */
 	unsigned free_units;
 	uint64_t free_map[SEG_UNITS / 64];   /* bit set = unit free; under seg_lock */
 	struct slab desc[SEG_UNITS] __attribute__((aligned(CACHE_LINE)));
@@ -120,10 +135,12 @@ struct cpu_slab {
 	struct slab *slab;             /* active (frozen) slab */
 	struct slab *partial;          /* frozen slabs held back, linked by ->next */
 	unsigned nr_partial;
-	unsigned pad;
+	unsigned pad[5];
 };
+_Static_assert(sizeof(struct cpu_slab) == 64, "one cpu slab per cache line");
 
 struct thread_heap {
+	struct cpu_slab chunk0[CPU_CHUNK];   /* ids 0..63: the kmalloc caches */
 	struct cpu_slab *chunk[NR_CHUNKS];   /* chunk k holds caches k*64 .. k*64+63 */
 	struct thread_heap *next;            /* all heaps, under heaps_lock */
 	int live;                            /* owned by a running thread */
@@ -132,7 +149,8 @@ struct thread_heap {
 
 struct uslab_cache {
 	/* read by the fast paths */
-	uint32_t chunk, slot;          /* where this cache's cpu slab lives in a heap */
+	uint32_t chunk;                /* heap->chunk[] index of this cache's cpu slab */
+	uint32_t cpu_offset;           /* its byte offset in that chunk */
 	uint32_t fp_offset;            /* free pointer offset inside an object slot */
 	uint32_t stride;               /* bytes per object slot */
 	uint64_t stride_magic;         /* ceil(2^64 / stride): on_object_boundary() */
@@ -173,22 +191,74 @@ static inline void fp_set(const struct uslab_cache *s, void *obj, void *fp)
 
 /* ---- pointer -> slab --------------------------------------------------------- */
 
-bool segment_is_registered(uintptr_t seg);
+/* One byte per possible segment of the 47-bit user address space: 32 MiB of
+ * .bss zero pages, of which only those covering our segments are touched. */
+#define REG_ADDR_BITS 47
+#define REG_SEGMENTS  (1ul << (REG_ADDR_BITS - SEG_SHIFT))
+extern uint8_t seg_registry[REG_SEGMENTS];
+
+/* Is seg (any address in it) one of our segments? One byte load. */
+static inline bool segment_is_registered(uintptr_t p)
+{
+	uintptr_t idx = p >> SEG_SHIFT;
+
+	if (unlikely(idx >= REG_SEGMENTS))
+		return false;
+	return READ_ONCE(seg_registry[idx]) != 0;
+}
 
 static inline struct segment *ptr_segment(const void *p)
 {
 	return (struct segment *)((uintptr_t)p & ~(SEG_SIZE - 1));
 }
 
-/* The slab holding p, or NULL when p is not in a live slab of ours. */
-static inline struct slab *ptr_to_slab(const void *p)
+/* Every unit not in a run points here: kind FREE, no object ever valid. */
+extern struct slab free_unit_desc;
+
+/* The head descriptor of p's run, &free_unit_desc for a free unit, or NULL
+ * when p is not in a segment of ours. Never NULL for a unit of ours, so the
+ * free fast path needs no test beyond the registry's. */
+static inline struct slab *segment_desc_head(uintptr_t seg, const void *p)
+{
+	/* &desc[unit]: the unit index times sizeof(struct slab), in one mask */
+	uintptr_t off = ((uintptr_t)p >> (UNIT_SHIFT - 7)) & ((SEG_UNITS - 1) << 7);
+	struct slab *d = (struct slab *)(seg + offsetof(struct segment, desc) + off);
+
+	return READ_ONCE(d->head);
+}
+
+static inline struct slab *ptr_to_desc(const void *p)
 {
 	uintptr_t seg = (uintptr_t)p & ~(SEG_SIZE - 1);
 
 	if (unlikely(!segment_is_registered(seg)))
 		return NULL;
-	struct slab *d = &((struct segment *)seg)->desc[((uintptr_t)p - seg) >> UNIT_SHIFT];
-	return READ_ONCE(d->head);
+	return segment_desc_head(seg, p);
+}
+
+/* The slab or large run holding p, or NULL when p is in none of ours. */
+static inline struct slab *ptr_to_slab(const void *p)
+{
+	struct slab *d = ptr_to_desc(p);
+
+	return d == &free_unit_desc ? NULL : d;
+}
+
+/*
+ * "off is k * stride with k < objects" in one multiply and one compare.
+ * With magic = floor(2^64 / stride) + 1 and e = magic * stride - 2^64
+ * (0 < e <= stride): off = k * stride gives off * magic = k * e (mod 2^64),
+ * while any other off < 2^21 gives at least 2^64 / stride > 2^43. So
+ * off * magic < objects * e exactly when off is a valid object offset.
+ */
+static inline void object_index_magic(uint32_t stride, uint32_t objects, uint64_t *magic,
+				      uint64_t *limit)
+{
+	unsigned __int128 m = ((unsigned __int128)1 << 64) / stride + 1;
+	uint64_t e = (uint64_t)(m * stride - ((unsigned __int128)1 << 64));
+
+	*magic = (uint64_t)m;
+	*limit = (uint64_t)objects * e;
 }
 
 static inline uintptr_t slab_start(const struct slab *slab)
@@ -235,14 +305,20 @@ void cache_shrink_partial(struct uslab_cache *s, bool all);
 
 extern __thread struct thread_heap *tls_heap __attribute__((tls_model("initial-exec")));
 
+static inline struct cpu_slab *heap_cpu_slab(struct thread_heap *h, const struct uslab_cache *s)
+{
+	return (struct cpu_slab *)((char *)h->chunk[s->chunk] + s->cpu_offset);
+}
+
 static inline struct cpu_slab *this_cpu_slab(const struct uslab_cache *s)
 {
-	return &tls_heap->chunk[s->chunk][s->slot];
+	return heap_cpu_slab(tls_heap, s);
 }
 
 struct cpu_slab *cpu_slab_get(struct uslab_cache *s);  /* makes a real heap/chunk */
+/* id < 0: the first free id above the kmalloc range */
 int cache_setup(struct uslab_cache *s, const char *name, size_t size, size_t align,
-		unsigned flags, void (*ctor)(void *));
+		unsigned flags, void (*ctor)(void *), int id);
 bool kmalloc_init(void);                               /* kmalloc.c: the static caches */
 void caches_lock_all(void);                            /* fork: registry, heaps, lists */
 void caches_unlock_all(void);
@@ -250,7 +326,9 @@ void caches_reclaim_dead_heaps(void);
 
 void *cache_alloc_slow(struct uslab_cache *s);
 void cache_free_slow(struct uslab_cache *s, void *obj);
-noinline cold void uslab_fatal(const char *call, const void *p, const char *what);
+void slab_free_slow(struct uslab_cache *s, struct slab *slab, void *obj);
+noinline void kfree_slow(void *p, const char *call);
+noinline cold __attribute__((noreturn)) void uslab_fatal(const char *call, const void *p, const char *what);
 
 /*
  * Fast paths: no atomic instruction, no lock. An empty static heap stands in
@@ -274,12 +352,30 @@ static inline void cache_free_fast(struct uslab_cache *s, void *obj)
 
 	if (likely((uintptr_t)obj - c->base < c->span)) {
 		if (unlikely(obj == c->freelist))
-			uslab_fatal("uslab_cache_free", obj, "double free");
+			uslab_fatal("free", obj, "double free");
 		fp_set(s, obj, c->freelist);
 		c->freelist = obj;
 		return;
 	}
 	cache_free_slow(s, obj);
 }
+
+/*
+ * Free into a slab the caller has looked up (malloc's free): if this thread
+ * froze the slab (active or cpu-partial), push on the slab's owner-local
+ * list, no atomic; the alloc slow path takes that list back whole. owner is
+ * written only by the heap it names, so finding our heap there proves we
+ * own the slab.
+ */
+static inline bool slab_try_free_local(struct uslab_cache *s, struct slab *slab, void *obj)
+{
+	if (unlikely(READ_ONCE(slab->owner) != tls_heap || obj == slab->local_free))
+		return false;
+	fp_set(s, obj, slab->local_free);
+	slab->local_free = obj;
+	return true;
+}
+
+#pragma GCC visibility pop
 
 #endif /* USLAB_INTERNAL_H */

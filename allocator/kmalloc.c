@@ -22,9 +22,20 @@
 
 struct uslab_cache kmalloc_caches[NR_CLASSES];
 
-const uint8_t kmalloc_small_index[17] = {
-	0, 0, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 8,
+/* size_class() for n <= 1024, as cpu-slab offsets: entry (n + 7) / 8 */
+#define C(cls) ((cls) << CPU_SLAB_SHIFT)
+const uint16_t kmalloc_small_off[129] = {
+	C(0), C(0), C(1), C(2), C(2), C(3), C(3), C(4), C(4), C(5), C(5), C(6), C(6), C(7), C(7), C(8),
+	C(8), C(9), C(9), C(9), C(9), C(10), C(10), C(10), C(10), C(11), C(11), C(11), C(11), C(12), C(12), C(12),
+	C(12), C(13), C(13), C(13), C(13), C(13), C(13), C(13), C(13), C(14), C(14), C(14), C(14), C(14), C(14), C(14),
+	C(14), C(15), C(15), C(15), C(15), C(15), C(15), C(15), C(15), C(16), C(16), C(16), C(16), C(16), C(16), C(16),
+	C(16), C(17), C(17), C(17), C(17), C(17), C(17), C(17), C(17), C(17), C(17), C(17), C(17), C(17), C(17), C(17),
+	C(17), C(18), C(18), C(18), C(18), C(18), C(18), C(18), C(18), C(18), C(18), C(18), C(18), C(18), C(18), C(18),
+	C(18), C(19), C(19), C(19), C(19), C(19), C(19), C(19), C(19), C(19), C(19), C(19), C(19), C(19), C(19), C(19),
+	C(19), C(20), C(20), C(20), C(20), C(20), C(20), C(20), C(20), C(20), C(20), C(20), C(20), C(20), C(20), C(20),
+	C(20),
 };
+#undef C
 
 const uint32_t kmalloc_class_size[NR_CLASSES] = {
 	8, 16, 32, 48, 64, 80, 96, 112, 128,
@@ -51,7 +62,7 @@ bool kmalloc_init(void)
 			unsigned align = sz & -sz;
 			if (align > 16)
 				align = 16;
-			if (cache_setup(&kmalloc_caches[i], name, sz, align, 0, NULL)) {
+			if (cache_setup(&kmalloc_caches[i], name, sz, align, 0, NULL, (int)i)) {
 				spin_unlock(&kmalloc_init_lock);
 				errno = ENOMEM;
 				return false;
@@ -258,6 +269,31 @@ void free_nonsmall(void *p, struct slab *slab, const char *call)
 	os_unmap((void *)h.map, h.map_len);
 }
 
+/*
+ * free() of anything the inline path did not take: NULL, a kmalloc object of
+ * a slab another thread owns (or nobody), an immediate double free, a large
+ * run, a huge mapping, a uslab_cache object, or a bad pointer.
+ */
+noinline void kfree_slow(void *p, const char *call)
+{
+	if (!p)
+		return;
+	struct slab *slab = ptr_to_slab(p);
+	if (!slab || slab->kind != SLAB_KIND_SLAB) {
+		free_nonsmall(p, slab, call);
+		return;
+	}
+	struct uslab_cache *s = READ_ONCE(slab->cache);
+	uintptr_t off = (uintptr_t)p - slab->base;
+	if (unlikely(!s || off >= slab->span || !on_object_boundary(s->stride_magic, off)))
+		free_invalid(p, call);
+	if (unlikely(s->id >= KMALLOC_IDS))
+		uslab_fatal(call, p, "pointer from uslab_cache_alloc");
+	if (unlikely(READ_ONCE(slab->owner) == tls_heap && p == slab->local_free))
+		uslab_fatal(call, p, "double free");
+	slab_free_slow(s, slab, p);
+}
+
 /* Bytes the caller may use at p; 0 for NULL. Aborts on a foreign pointer. */
 size_t kmalloc_usable_size(const void *p, const char *call)
 {
@@ -268,7 +304,8 @@ size_t kmalloc_usable_size(const void *p, const char *call)
 	struct slab *slab = ptr_to_slab(p);
 	if (slab) {
 		uintptr_t off = (uintptr_t)p - slab->base;
-		if (slab->kind == SLAB_KIND_SLAB && on_object_boundary(slab->cache, off))
+		if (slab->kind == SLAB_KIND_SLAB && off < slab->span &&
+		    on_object_boundary(slab->cache->stride_magic, off))
 			return slab->cache->stride;
 		if (slab->kind == SLAB_KIND_LARGE && off == 0)
 			return (size_t)slab->nunits << UNIT_SHIFT;

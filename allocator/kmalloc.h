@@ -19,20 +19,35 @@
 
 #include "internal.h"
 
+_Static_assert(sizeof(struct cpu_slab) == 1 << 6, "CPU_SLAB_SHIFT");
+_Static_assert(offsetof(struct thread_heap, chunk0) == 0, "chunk0 first");
+
+#pragma GCC visibility push(hidden)
+
 #define SMALL_MAX   (32u << 10)
 #define LARGE_MAX   (2ul << 20)
 #define NR_CLASSES  41
 
 extern struct uslab_cache kmalloc_caches[NR_CLASSES];
-extern const uint8_t kmalloc_small_index[17];
+/* For n <= 1024, entry (n + 7) / 8 is the class times sizeof(struct
+ * cpu_slab): the byte offset of the class's cpu slab in heap->chunk0. */
+extern const uint16_t kmalloc_small_off[129];
+#define CPU_SLAB_SHIFT 6
 extern const uint32_t kmalloc_class_size[NR_CLASSES];
+
+/* Classes above 1024: four per doubling, 2^k < n <= 2^(k+1). */
+static inline unsigned size_class_above_1k(size_t n)
+{
+	unsigned k = 63 - __builtin_clzl(n - 1);
+
+	return 9 + (k - 7) * 4 + (unsigned)((n - 1 - (1ul << k)) >> (k - 2));
+}
 
 static inline unsigned size_class(size_t n)
 {
-	if (n <= 128)
-		return kmalloc_small_index[(n + 7) >> 3];
-	unsigned k = 63 - __builtin_clzl(n - 1);       /* 2^k < n <= 2^(k+1) */
-	return 9 + (k - 7) * 4 + (unsigned)((n - 1 - (1ul << k)) >> (k - 2));
+	if (likely(n <= 1024))
+		return kmalloc_small_off[(n + 7) >> 3] >> CPU_SLAB_SHIFT;
+	return size_class_above_1k(n);
 }
 
 void *malloc_large_or_huge(size_t n, size_t align);
@@ -45,35 +60,60 @@ size_t kmalloc_huge_count(void);
 void kmalloc_fork_prepare(void);
 void kmalloc_fork_release(void);
 void free_nonsmall(void *p, struct slab *slab, const char *call);
-noinline cold void free_invalid(const void *p, const char *call);
+noinline cold __attribute__((noreturn)) void free_invalid(const void *p, const char *call);
 
 /* Divisibility by the stride with one multiply (Lemire's test): off is on
  * an object boundary iff off * ceil(2^64 / stride) < ceil(2^64 / stride). */
-static inline bool on_object_boundary(const struct uslab_cache *s, uintptr_t off)
+static inline bool on_object_boundary(uint64_t stride_magic, uintptr_t off)
 {
-	return off * s->stride_magic < s->stride_magic;
+	return off * stride_magic < stride_magic;
 }
 
+/* The kmalloc caches have ids 0..NR_CLASSES-1, so their cpu slabs sit at
+ * fixed places in every heap, and no constructor, so the free pointer is
+ * the object's first word. */
 static inline void *kmalloc(size_t n)
 {
-	if (likely(n <= SMALL_MAX))
-		return cache_alloc_fast(&kmalloc_caches[size_class(n)]);
-	return malloc_large_or_huge(n, 0);
+	uintptr_t off;
+
+	if (likely(n <= 1024))
+		off = kmalloc_small_off[(n + 7) >> 3];
+	else if (likely(n <= SMALL_MAX))
+		off = (uintptr_t)size_class_above_1k(n) << CPU_SLAB_SHIFT;
+	else
+		return malloc_large_or_huge(n, 0);
+
+	struct cpu_slab *c = (struct cpu_slab *)((char *)tls_heap->chunk0 + off);
+	void *obj = c->freelist;
+
+	if (likely(obj)) {
+		c->freelist = *(void **)obj;
+		return obj;
+	}
+	return cache_alloc_slow(&kmalloc_caches[off >> CPU_SLAB_SHIFT]);
 }
 
+/* The fast path takes only "a kmalloc object of a slab this thread owns"
+ * (kfree_magic is 0 for every other slab); kfree_slow looks again and tells
+ * remote, large, huge, cache-API and bad pointers apart. */
 static inline void kfree(void *p, const char *call)
 {
-	if (unlikely(!p))
-		return;
-	struct slab *slab = ptr_to_slab(p);
-	if (unlikely(!slab || slab->kind != SLAB_KIND_SLAB)) {
-		free_nonsmall(p, slab, call);
-		return;
+	uintptr_t seg = (uintptr_t)p & ~(SEG_SIZE - 1);
+
+	if (likely(segment_is_registered(seg))) {
+		struct slab *slab = segment_desc_head(seg, p);
+		uintptr_t off = (uintptr_t)p - slab->base;
+
+		if (likely(off * slab->kfree_magic < slab->kfree_limit &&
+			   READ_ONCE(slab->owner) == tls_heap && p != slab->local_free)) {
+			*(void **)p = slab->local_free;   /* kmalloc: free pointer at 0 */
+			slab->local_free = p;
+			return;
+		}
 	}
-	struct uslab_cache *s = slab->cache;
-	if (unlikely(!on_object_boundary(s, (uintptr_t)p - slab->base)))
-		free_invalid(p, call);
-	cache_free_fast(s, p);
+	kfree_slow(p, call);
 }
+
+#pragma GCC visibility pop
 
 #endif /* USLAB_KMALLOC_H */

@@ -8,43 +8,29 @@
  * segment list and every free_map; descriptors of a run belong to its slab.
  *
  * The registry answers "is this a segment of ours?" with one relaxed load: a
- * bitmap with one bit per possible segment of the 48-bit address space (8 MiB
- * of zero pages in .bss; only the pages covering our segments are touched).
+ * byte per possible segment of the 47-bit address space (32 MiB of zero
+ * pages in .bss; only the pages covering our segments are ever touched).
  */
 #include "internal.h"
 
 #include <errno.h>
 #include <string.h>
 
-#define ADDR_BITS     48
-#define REG_SEGMENTS  (1ul << (ADDR_BITS - SEG_SHIFT))
-#define REG_WORDS     (REG_SEGMENTS / 64)
 #define EMPTY_RESERVE 1   /* wholly empty segments kept mapped */
 
-static atomic_long_t seg_registry[REG_WORDS];
+uint8_t seg_registry[REG_SEGMENTS];
+struct slab free_unit_desc = { .kind = SLAB_KIND_FREE };
 static spinlock_t seg_lock = SPINLOCK_INIT;
 static struct segment *seg_list;
 static unsigned nr_empty_segments;
 static atomic_long_t mapped_bytes;
 
-bool segment_is_registered(uintptr_t seg)
-{
-	uintptr_t idx = seg >> SEG_SHIFT;
-
-	if (unlikely(idx >= REG_SEGMENTS))
-		return false;
-	return (atomic_long_read(&seg_registry[idx / 64]) >> (idx % 64)) & 1;
-}
-
+/* Published with a release store before the segment's first unit is handed
+ * out; a pointer from it reaches another thread only through some later
+ * synchronisation, which orders that thread's relaxed lookup after this. */
 static void registry_set(uintptr_t seg, bool on)
 {
-	uintptr_t idx = seg >> SEG_SHIFT;
-	long bit = 1l << (idx % 64);
-
-	if (on)
-		atomic_long_or(bit, &seg_registry[idx / 64]);
-	else
-		atomic_long_andnot(bit, &seg_registry[idx / 64]);
+	smp_store_release(&seg_registry[seg >> SEG_SHIFT], (uint8_t)on);
 }
 
 size_t segment_mapped_bytes(void)
@@ -60,14 +46,16 @@ static struct segment *segment_map(void)
 
 	if (!seg)
 		return NULL;
-	if ((uintptr_t)seg >> ADDR_BITS) {   /* outside what the registry covers */
+	if ((uintptr_t)seg >> REG_ADDR_BITS) {   /* outside what the registry covers */
 		os_unmap(seg, SEG_SIZE);
 		errno = ENOMEM;
 		return NULL;
 	}
 	seg->magic = SEG_MAGIC;
-	for (unsigned i = 0; i < SEG_UNITS; i++)
+	for (unsigned i = 0; i < SEG_UNITS; i++) {
 		seg->desc[i].unit = i;
+		seg->desc[i].head = &free_unit_desc;
+	}
 	memset(seg->free_map, 0xff, sizeof(seg->free_map));
 	seg->free_map[0] &= ~((1ull << SEG_HDR_UNITS) - 1);
 	seg->free_units = SEG_UNITS - SEG_HDR_UNITS;
@@ -143,6 +131,8 @@ static struct slab *run_claim(struct segment *seg, unsigned first, unsigned n, u
 	units_mark(seg, first, n, false);
 	seg->free_units -= n;
 	head->nunits = (uint16_t)n;
+	head->kfree_magic = head->kfree_limit = 0;
+	head->span = 0;
 	WRITE_ONCE(head->cache, NULL);
 	WRITE_ONCE(head->kind, kind);
 	for (unsigned i = first + 1; i < first + n; i++) {
@@ -210,7 +200,7 @@ void segment_free_units(struct slab *head)
 	for (unsigned i = first; i < first + n; i++) {
 		WRITE_ONCE(seg->desc[i].kind, SLAB_KIND_FREE);
 		WRITE_ONCE(seg->desc[i].cache, NULL);
-		WRITE_ONCE(seg->desc[i].head, NULL);
+		WRITE_ONCE(seg->desc[i].head, &free_unit_desc);
 	}
 	units_mark(seg, first, n, true);
 	seg->free_units += n;
@@ -342,7 +332,7 @@ bool segment_resize_units(struct slab *head, unsigned n)
 		spin_lock(&seg_lock);
 		for (unsigned i = first + n; i < first + have; i++) {
 			seg->desc[i].kind = SLAB_KIND_FREE;
-			WRITE_ONCE(seg->desc[i].head, NULL);
+			WRITE_ONCE(seg->desc[i].head, &free_unit_desc);
 		}
 		units_mark(seg, first + n, have - n, true);
 		seg->free_units += have - n;

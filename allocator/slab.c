@@ -67,6 +67,14 @@ struct slab *slab_new(struct uslab_cache *s)
 	slab->base = slab_start(slab);
 	slab->next = slab->prev = NULL;
 	slab->on_partial = 0;
+	slab->local_free = NULL;
+	WRITE_ONCE(slab->owner, NULL);
+	slab->span = s->objects * s->stride;
+	/* malloc's free fast path accepts only kmalloc objects */
+	if (s->id < KMALLOC_IDS)
+		object_index_magic(s->stride, s->objects, &slab->kfree_magic, &slab->kfree_limit);
+	else
+		slab->kfree_magic = slab->kfree_limit = 0;
 	obj = (char *)slab->base;
 	for (unsigned i = 0; i < s->objects; i++, obj += s->stride) {
 		if (s->ctor)

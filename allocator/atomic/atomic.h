@@ -35,6 +35,8 @@
 
 /* ---- plain words ------------------------------------------------------- */
 
+/* Signed wrap-around (as the kernel's atomics): no undefined overflow. */
+
 #define READ_ONCE(x)          __atomic_load_n(&(x), __ATOMIC_RELAXED)
 #define WRITE_ONCE(x, v)      __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)
 #define smp_load_acquire(p)   __atomic_load_n((p), __ATOMIC_ACQUIRE)
@@ -72,7 +74,7 @@ typedef struct { long counter; } atomic_long_t;
 
 #define ATOMIC_INIT(i) { (i) }
 
-#define __ATOMIC_OP_ORDERED(pfx, T, name, builtin, ret_expr)                    \
+#define ATOMIC_OP_ORDERED_(pfx, T, name, builtin, ret_expr)                    \
 static inline T pfx##_##name(T i, pfx##_t *v)                                   \
 { T r = builtin(&v->counter, i, __ATOMIC_SEQ_CST); return ret_expr; }            \
 static inline T pfx##_##name##_relaxed(T i, pfx##_t *v)                         \
@@ -82,7 +84,7 @@ static inline T pfx##_##name##_acquire(T i, pfx##_t *v)                         
 static inline T pfx##_##name##_release(T i, pfx##_t *v)                         \
 { T r = builtin(&v->counter, i, __ATOMIC_RELEASE); return ret_expr; }
 
-#define __ATOMIC_FAMILY(pfx, T)                                                  \
+#define ATOMIC_FAMILY_(pfx, T)                                                  \
 static inline T pfx##_read(const pfx##_t *v)                                    \
 { return __atomic_load_n(&v->counter, __ATOMIC_RELAXED); }                       \
 static inline T pfx##_read_acquire(const pfx##_t *v)                            \
@@ -107,14 +109,14 @@ static inline void pfx##_xor(T i, pfx##_t *v)                                   
 static inline void pfx##_andnot(T i, pfx##_t *v)                                \
 { __atomic_fetch_and(&v->counter, ~i, __ATOMIC_RELAXED); }                       \
                                                                                  \
-__ATOMIC_OP_ORDERED(pfx, T, add_return, __atomic_add_fetch, r)                  \
-__ATOMIC_OP_ORDERED(pfx, T, sub_return, __atomic_sub_fetch, r)                  \
-__ATOMIC_OP_ORDERED(pfx, T, fetch_add, __atomic_fetch_add, r)                    \
-__ATOMIC_OP_ORDERED(pfx, T, fetch_sub, __atomic_fetch_sub, r)                    \
-__ATOMIC_OP_ORDERED(pfx, T, fetch_and, __atomic_fetch_and, r)                    \
-__ATOMIC_OP_ORDERED(pfx, T, fetch_or, __atomic_fetch_or, r)                      \
-__ATOMIC_OP_ORDERED(pfx, T, fetch_xor, __atomic_fetch_xor, r)                    \
-__ATOMIC_OP_ORDERED(pfx, T, xchg_val, __atomic_exchange_n, r)                    \
+ATOMIC_OP_ORDERED_(pfx, T, add_return, __atomic_add_fetch, r)                  \
+ATOMIC_OP_ORDERED_(pfx, T, sub_return, __atomic_sub_fetch, r)                  \
+ATOMIC_OP_ORDERED_(pfx, T, fetch_add, __atomic_fetch_add, r)                    \
+ATOMIC_OP_ORDERED_(pfx, T, fetch_sub, __atomic_fetch_sub, r)                    \
+ATOMIC_OP_ORDERED_(pfx, T, fetch_and, __atomic_fetch_and, r)                    \
+ATOMIC_OP_ORDERED_(pfx, T, fetch_or, __atomic_fetch_or, r)                      \
+ATOMIC_OP_ORDERED_(pfx, T, fetch_xor, __atomic_fetch_xor, r)                    \
+ATOMIC_OP_ORDERED_(pfx, T, xchg_val, __atomic_exchange_n, r)                    \
                                                                                  \
 static inline T pfx##_fetch_andnot(T i, pfx##_t *v)                             \
 { return pfx##_fetch_and(~i, v); }                                               \
@@ -156,7 +158,7 @@ static inline bool pfx##_add_unless(pfx##_t *v, T a, T u)                       
 	do {                                                                     \
 		if (unlikely(c == u))                                            \
 			return false;                                            \
-	} while (!pfx##_try_cmpxchg(v, &c, c + a));                              \
+	} while (!pfx##_try_cmpxchg(v, &c, (T)((unsigned long)c + (unsigned long)a))); \
 	return true;                                                             \
 }                                                                                \
 static inline bool pfx##_inc_not_zero(pfx##_t *v)                               \
@@ -172,15 +174,15 @@ static inline T pfx##_dec_if_positive(pfx##_t *v)                               
 	T c = pfx##_read(v);                                                     \
 	do {                                                                     \
 		if (unlikely(c <= 0))                                            \
-			return c - 1;                                            \
+			return (T)((unsigned long)c - 1);                        \
 	} while (!pfx##_try_cmpxchg(v, &c, c - 1));                              \
 	return c - 1;                                                            \
 }
 
-__ATOMIC_FAMILY(atomic, int)
-__ATOMIC_FAMILY(atomic_long, long)
+ATOMIC_FAMILY_(atomic, int)
+ATOMIC_FAMILY_(atomic_long, long)
 
-#undef __ATOMIC_FAMILY
-#undef __ATOMIC_OP_ORDERED
+#undef ATOMIC_FAMILY_
+#undef ATOMIC_OP_ORDERED_
 
 #endif /* USLAB_ATOMIC_H */

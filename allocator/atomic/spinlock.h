@@ -21,6 +21,12 @@
 
 #include "atomic.h"
 
+#include <sched.h>
+
+/* Spins before a waiter yields its CPU: with more threads than CPUs a FIFO
+ * lock must not burn the time slice of the preempted thread it waits for. */
+#define SPIN_YIELD_AFTER 128
+
 typedef union {
 	uint32_t val;
 	struct {
@@ -45,8 +51,12 @@ static inline void spin_lock(spinlock_t *l)
 
 	if (likely((uint16_t)t == me))
 		return;
-	while (smp_load_acquire(&l->owner) != me)
-		cpu_relax();
+	for (unsigned spins = 0; smp_load_acquire(&l->owner) != me; spins++) {
+		if (spins < SPIN_YIELD_AFTER)
+			cpu_relax();
+		else
+			sched_yield();
+	}
 }
 
 /* true if the lock was free and is now ours; false leaves it untouched. */
@@ -68,7 +78,7 @@ static inline void spin_unlock(spinlock_t *l)
 
 static inline bool spin_is_locked(const spinlock_t *l)
 {
-	uint32_t v = READ_ONCE(*(const uint32_t *)&l->val);
+	uint32_t v = READ_ONCE(l->val);
 
 	return (uint16_t)v != (uint16_t)(v >> TICKET_SHIFT);
 }
@@ -76,7 +86,7 @@ static inline bool spin_is_locked(const spinlock_t *l)
 /* More than one holder-or-waiter: someone is queued behind the owner. */
 static inline bool spin_is_contended(const spinlock_t *l)
 {
-	uint32_t v = READ_ONCE(*(const uint32_t *)&l->val);
+	uint32_t v = READ_ONCE(l->val);
 
 	return (uint16_t)((v >> TICKET_SHIFT) - v) > 1;
 }

@@ -33,9 +33,9 @@ static void add_partial(struct uslab_cache *s, struct slab *slab)
 	slab->next = s->partial;
 	if (s->partial)
 		s->partial->prev = slab;
-	s->partial = slab;
+	WRITE_ONCE(s->partial, slab);   /* partial_take peeks without the lock */
 	slab->on_partial = 1;
-	s->nr_partial++;
+	WRITE_ONCE(s->nr_partial, s->nr_partial + 1);   /* info reads it unlocked */
 }
 
 static void remove_partial(struct uslab_cache *s, struct slab *slab)
@@ -43,12 +43,12 @@ static void remove_partial(struct uslab_cache *s, struct slab *slab)
 	if (slab->prev)
 		slab->prev->next = slab->next;
 	else
-		s->partial = slab->next;
+		WRITE_ONCE(s->partial, slab->next);
 	if (slab->next)
 		slab->next->prev = slab->prev;
 	slab->next = slab->prev = NULL;
 	slab->on_partial = 0;
-	s->nr_partial--;
+	WRITE_ONCE(s->nr_partial, s->nr_partial - 1);
 }
 
 /* ---- slab life --------------------------------------------------------------- */

@@ -16,6 +16,7 @@
  */
 #define _GNU_SOURCE
 #include "internal.h"
+#include "options.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -196,9 +197,28 @@ static void slab_release(struct uslab_cache *s, struct slab *slab, void *chain)
 			tail = p;
 			n++;
 		}
+		stat_add(s, STAT_FREE_LOCAL, (long)slab->local_count);
 		slab->local_free = NULL;
+		slab->local_count = 0;
 	}
 	slab_unfreeze(s, slab, head, tail, n);
+}
+
+/*
+ * Statistics of the fast paths, which count nothing themselves: everything
+ * the slow path supplied to the cpu freelist, plus what cache-API fast
+ * frees pushed there, minus what is still on it, was allocated fast.
+ */
+static void cpu_stats_fold(struct uslab_cache *s, struct cpu_slab *c, unsigned left)
+{
+	long fast = (long)c->supplied + (long)c->fast_frees - (long)left;
+
+	if (fast)
+		stat_add(s, STAT_ALLOC_FAST, fast);
+	if (c->fast_frees)
+		stat_add(s, STAT_FREE_FAST, (long)c->fast_frees);
+	c->supplied = 0;
+	c->fast_frees = 0;
 }
 
 /* Give up the active slab: splice the private chain back and unfreeze. */
@@ -206,7 +226,11 @@ static void cpu_slab_deactivate(struct uslab_cache *s, struct cpu_slab *c)
 {
 	struct slab *slab = c->slab;
 	void *chain = c->freelist;
+	unsigned left = 0;
 
+	for (void *p = chain; p; p = fp_get(s, p))
+		left++;
+	cpu_stats_fold(s, c, left);
 	if (!slab)
 		return;
 	c->slab = NULL;
@@ -221,6 +245,8 @@ static void cpu_partial_drain(struct uslab_cache *s, struct cpu_slab *c)
 
 	c->partial = NULL;
 	c->nr_partial = 0;
+	if (slab)
+		stat_add(s, STAT_CPU_PARTIAL_DRAIN, 1);
 	for (; slab; slab = next) {
 		next = slab->next;
 		slab->next = NULL;
@@ -243,18 +269,27 @@ static void cpu_partial_put(struct uslab_cache *s, struct cpu_slab *c, struct sl
 	slab->next = c->partial;
 	c->partial = slab;
 	c->nr_partial++;
+	stat_add(s, STAT_CPU_PARTIAL_PUT, 1);
 }
 
-/* Owner only: the objects a frozen slab can give now (local list first). */
-static void *slab_take_private(struct slab *slab)
+/* Owner only: the objects a frozen slab can give now (local list first),
+ * and how many. */
+static void *slab_take_private(struct uslab_cache *s, struct slab *slab, unsigned *count)
 {
 	void *chain = slab->local_free;
 
 	if (chain) {
+		*count = (unsigned)slab->local_count;
+		stat_add(s, STAT_FREE_LOCAL, (long)slab->local_count);
+		stat_add(s, STAT_REFILL_LOCAL, 1);
 		slab->local_free = NULL;
+		slab->local_count = 0;
 		return chain;
 	}
-	return slab_take_freelist(slab, false);
+	chain = slab_take_freelist(s, slab, false, count);
+	if (chain)
+		stat_add(s, STAT_REFILL_REMOTE, 1);
+	return chain;
 }
 
 void *cache_alloc_slow(struct uslab_cache *s)
@@ -262,7 +297,10 @@ void *cache_alloc_slow(struct uslab_cache *s)
 	struct cpu_slab *c;
 	struct slab *slab;
 	void *obj, *freelist = NULL;
+	unsigned count = 0;
 
+	if (unlikely(READ_ONCE(stats_pending)))
+		stats_poll();
 	if (unlikely(!s->objects)) {   /* a static kmalloc cache before first use */
 		if (!kmalloc_init())
 			return NULL;
@@ -273,14 +311,16 @@ void *cache_alloc_slow(struct uslab_cache *s)
 		errno = ENOMEM;
 		return NULL;
 	}
+	stat_add(s, STAT_ALLOC_SLOW, 1);
 	if (c->freelist)
 		goto pop;
+	cpu_stats_fold(s, c, 0);
 	if (c->slab) {
-		/* remote frees to the active slab first */
-		freelist = slab_take_private(c->slab);
+		/* owner-local and remote frees to the active slab first */
+		freelist = slab_take_private(s, c->slab, &count);
 		if (freelist) {
 			c->freelist = freelist;
-			goto pop;
+			goto supplied;
 		}
 		cpu_slab_deactivate(s, c);   /* exhausted: becomes FULL */
 	}
@@ -288,23 +328,30 @@ void *cache_alloc_slow(struct uslab_cache *s)
 		c->partial = slab->next;
 		c->nr_partial--;
 		slab->next = NULL;
-		freelist = slab_take_private(slab);
-		if (freelist)
+		freelist = slab_take_private(s, slab, &count);
+		if (freelist) {
+			stat_add(s, STAT_REFILL_CPU_PARTIAL, 1);
 			goto activate;
+		}
 		slab_release(s, slab, NULL);   /* cannot happen; stay safe */
 	}
-	slab = partial_take(s, &freelist);
-	if (!slab) {
+	slab = partial_take(s, &freelist, &count);
+	if (slab) {
+		stat_add(s, STAT_REFILL_PARTIAL, 1);
+	} else {
 		slab = slab_new(s);
 		if (!slab) {
 			errno = ENOMEM;
 			return NULL;
 		}
 		freelist = (void *)slab->base;
+		count = s->objects;
 	}
 	slab_set_owner(slab, tls_heap);
 activate:
 	cpu_slab_activate(c, s, slab, freelist);
+supplied:
+	c->supplied = count ? count - 1 : 0;   /* all but the one popped below */
 pop:
 	obj = c->freelist;
 	c->freelist = fp_get(s, obj);
@@ -339,6 +386,7 @@ void slab_free_slow(struct uslab_cache *s, struct slab *slab, void *obj)
 			uslab_fatal("free", obj, "double free");
 		fp_set(s, obj, slab->local_free);
 		slab->local_free = obj;
+		slab->local_count++;
 		return;
 	}
 	if (__slab_free(s, slab, obj, obj, 1, c != NULL))
@@ -469,6 +517,7 @@ int cache_setup(struct uslab_cache *s, const char *name, size_t size, size_t ali
 	    align > os_page_size() || (flags & ~USLAB_HWCACHE_ALIGN))
 		return EINVAL;
 	dwcas_init();
+	options_init();
 	if (!align)
 		align = size >= 16 ? 16 : 8;
 	if (align < sizeof(void *))
@@ -491,7 +540,8 @@ int cache_setup(struct uslab_cache *s, const char *name, size_t size, size_t ali
 	calculate_units(s);
 	s->min_partial = ilog2(s->stride) / 2;
 	s->min_partial = s->min_partial < 5 ? 5 : s->min_partial > 10 ? 10 : s->min_partial;
-	s->cpu_partial = s->stride >= 4096 ? 2 : 4;
+	s->cpu_partial = option(OPT_CPU_PARTIAL) > 0 ? (unsigned)option(OPT_CPU_PARTIAL) :
+			 s->stride >= 4096 ? 2 : 4;
 	spin_lock_init(&s->list_lock);
 	snprintf(s->name, sizeof(s->name), "%s", name ? name : "unnamed");
 
@@ -544,12 +594,27 @@ static void count_live(struct slab *slab, void *arg)
 {
 	struct live_count *lc = arg;
 
-	if (slab->cache != lc->s)
+	if (READ_ONCE(slab->cache) != lc->s)
 		return;
 	lc->slabs++;
 	lc->live += ctr_inuse(dwcas_read(&slab->xword).hi);
-	for (void *p = slab->local_free; p; p = fp_get(lc->s, p))
-		lc->live--;   /* owner-local frees are counted in use in the word */
+	/* owner-local frees are counted in use in the word; only the owner may
+	 * read its list, so another thread's count as live until it flushes */
+	if (READ_ONCE(slab->owner) == tls_heap)
+		lc->live -= slab->local_count;
+}
+
+/* The calling thread's private objects of cache s (on its cpu freelist). */
+static long own_private_objects(struct uslab_cache *s)
+{
+	struct thread_heap *h = tls_heap;
+	long n = 0;
+
+	if (h == &empty_heap || h->chunk[s->chunk] == empty_chunk)
+		return 0;
+	for (void *p = heap_cpu_slab(h, s)->freelist; p; p = fp_get(s, p))
+		n++;
+	return n;
 }
 
 USLAB_API int uslab_cache_destroy(struct uslab_cache *s)
@@ -592,6 +657,7 @@ USLAB_API void uslab_cache_shrink(struct uslab_cache *s)
 		spin_unlock(&heaps_lock);
 	}
 	cache_shrink_partial(s, true);
+	segment_purge_all();
 	segment_release_empty_over(0);
 }
 
@@ -612,16 +678,7 @@ USLAB_API int uslab_cache_info(struct uslab_cache *s, struct uslab_cache_info *i
 	if (!s || !info)
 		return -EINVAL;
 	segment_for_each_slab(count_live, &lc);
-	/* Objects on cpu freelists count as in use in their slab's word;
-	 * subtract those of every heap (exact when the owners are quiet). */
-	spin_lock(&heaps_lock);
-	for (struct thread_heap *h = heaps; h; h = h->next) {
-		if (h->chunk[s->chunk] == empty_chunk)
-			continue;
-		for (void *p = heap_cpu_slab(h, s)->freelist; p; p = fp_get(s, p))
-			lc.live--;
-	}
-	spin_unlock(&heaps_lock);
+	lc.live -= own_private_objects(s);
 	memset(info, 0, sizeof(*info));
 	info->object_size = s->stride;
 	info->objects_per_slab = s->objects;
@@ -794,23 +851,89 @@ void caches_lock_all(void)
 		spin_lock(&s->list_lock);
 }
 
-void caches_unlock_all(void)
+static void fork_unlock(spinlock_t *l, bool child)
 {
-	for (struct uslab_cache *s = caches; s; s = s->next)
-		spin_unlock(&s->list_lock);
-	spin_unlock(&heaps_lock);
-	spin_unlock(&registry_lock);
+	if (child)
+		spin_unlock_after_fork_child(l);
+	else
+		spin_unlock(l);
 }
 
-/* In the child: flush the heaps of threads that did not survive the fork. */
-void caches_reclaim_dead_heaps(void)
+void caches_unlock_all(bool child)
 {
+	for (struct uslab_cache *s = caches; s; s = s->next)
+		fork_unlock(&s->list_lock, child);
+	fork_unlock(&heaps_lock, child);
+	fork_unlock(&registry_lock, child);
+}
+
+
+/* ---- statistics: one cache's numbers, for stats.c ----------------------------- */
+
+struct report_walk {
+	struct uslab_cache *s;
+	struct cache_report *r;
+};
+
+static void report_slab(struct slab *slab, void *arg)
+{
+	struct report_walk *w = arg;
+
+	if (READ_ONCE(slab->cache) != w->s)
+		return;
+	w->r->slabs++;
+	w->r->live_objects += ctr_inuse(dwcas_read(&slab->xword).hi);
+	if (READ_ONCE(slab->owner) == tls_heap) {   /* only the owner may look */
+		w->r->live_objects -= (long)slab->local_count;
+		w->r->stat[STAT_FREE_LOCAL] += (long)slab->local_count;
+	}
+}
+
+/*
+ * Counters plus what the calling thread has not folded in yet. Other live
+ * threads fold theirs at their next refill, flush or exit (their private
+ * lists and owner-local frees count as live until then, as SLUB counts
+ * objects in cpu slabs as active).
+ */
+static void cache_report(struct uslab_cache *s, struct cache_report *r)
+{
+	struct report_walk w = { s, r };
+
+	memset(r, 0, sizeof(*r));
+	r->name = s->name;
+	r->size = s->size;
+	r->object_size = s->stride;
+	r->objects_per_slab = s->objects;
+	r->slab_bytes = (size_t)s->units << UNIT_SHIFT;
+	r->partial_slabs = READ_ONCE(s->nr_partial);
+	for (int i = 0; i < NR_CACHE_STATS; i++)
+		r->stat[i] = atomic_long_read(&s->stat[i]);
+	segment_for_each_slab(report_slab, &w);
+	struct thread_heap *h = tls_heap;
+	if (h != &empty_heap && h->chunk[s->chunk] != empty_chunk) {
+		struct cpu_slab *c = heap_cpu_slab(h, s);
+		long left = own_private_objects(s);
+
+		r->live_objects -= left;
+		r->stat[STAT_ALLOC_FAST] += (long)c->supplied + (long)c->fast_frees - left;
+		r->stat[STAT_FREE_FAST] += (long)c->fast_frees;
+	}
+}
+
+/* Visit every cache that has slabs or has served an allocation. */
+void caches_for_each_report(void (*fn)(const struct cache_report *, void *), void *arg)
+{
+	struct cache_report r;
+
+	spin_lock(&registry_lock);
 	spin_lock(&heaps_lock);
-	for (struct thread_heap *h = heaps; h; h = h->next) {
-		if (h->live && h != tls_heap) {
-			heap_flush_all(h);
-			h->live = 0;
-		}
+	for (struct uslab_cache *s = caches; s; s = s->next) {
+		if (!s->objects)
+			continue;
+		cache_report(s, &r);
+		if (r.slabs || r.stat[STAT_ALLOC_FAST] || r.stat[STAT_ALLOC_SLOW])
+			fn(&r, arg);
 	}
 	spin_unlock(&heaps_lock);
+	spin_unlock(&registry_lock);
 }

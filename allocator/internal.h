@@ -14,9 +14,11 @@
  *   pointer -> slab:  seg  = p & ~(SEG_SIZE - 1)
  *                     slab = seg->desc[(p - seg) >> UNIT_SHIFT].head
  *
- * Lock order (outer first; the rank enum in debug builds asserts it):
- *   cache_registry (qrwlock) > heaps_lock > cache->list_lock
- *       > seg_lock > meta_lock > dwcas stripe locks (leaf, inside dwcas only)
+ * Lock order (outer first; all ticket spinlocks; process.c's fork handlers
+ * take them all in this order):
+ *   kmalloc_init_lock > huge_lock (leaf in normal use) > registry_lock
+ *       > heaps_lock > cache->list_lock > seg_lock > meta_lock
+ *       > dwcas stripe locks (leaf, inside dwcas only)
  */
 #ifndef USLAB_INTERNAL_H
 #define USLAB_INTERNAL_H
@@ -25,6 +27,7 @@
 #include "atomic.h"
 #include "dwcas.h"
 #include "spinlock.h"
+#include "stats.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -95,32 +98,36 @@ struct thread_heap;
 
 struct slab {
 	/* first cache line: everything malloc's free fast path reads */
-	dword_t xword;                 /* {freelist, counters}: dwcas only */
 	struct slab *head;             /* head descriptor of this unit's run */
 	uintptr_t base;                /* first object */
 	struct thread_heap *owner;     /* heap that froze it (written by that heap only) */
 	void *local_free;              /* owner-only: its frees into this frozen slab */
-	uint64_t kfree_magic;          /* kmalloc slab: see object_index_ok(); else 0 */
+	uint64_t local_count;          /* owner-only: length of local_free */
+	uint64_t kfree_magic;          /* kmalloc slab: see object_index_magic(); else 0 */
 	uint64_t kfree_limit;
-	/* second line */
 	struct uslab_cache *cache;
+	/* second line: the coupled word and the lists */
+	dword_t xword;                 /* {freelist, counters}: dwcas only */
 	struct slab *next, *prev;      /* partial list (list_lock) or cpu-partial (owner) */
 	uint16_t nunits;
 	uint8_t kind;
 	uint8_t on_partial;            /* on cache->partial; changed under list_lock */
 	uint32_t unit;                 /* index of this unit in its segment */
 	uint32_t span;                 /* objects * stride */
-	char pad[28];
+	char pad[20];
 };
 _Static_assert(offsetof(struct slab, xword) % 16 == 0, "the coupled word must be 16-aligned");
-_Static_assert(offsetof(struct slab, cache) == 64, "free-path fields share one cache line");
+_Static_assert(offsetof(struct slab, xword) == 64, "free-path fields share one cache line");
 _Static_assert(sizeof(struct slab) == 128, "descriptors are two cache lines (ptr_to_slab's << 7)");
 
 struct segment {
 	uint64_t magic;
 	struct segment *next, *prev;   /* all segments, under seg_lock */
 	unsigned free_units;
+	unsigned dirty_units;
+	uint64_t dirty_since_ms;             /* when the oldest dirty unit was freed */
 	uint64_t free_map[SEG_UNITS / 64];   /* bit set = unit free; under seg_lock */
+	uint64_t dirty_map[SEG_UNITS / 64];  /* free but still committed */
 	struct slab desc[SEG_UNITS] __attribute__((aligned(CACHE_LINE)));
 };
 #define SEG_MAGIC 0x75736c6162536567ull   /* "uslabSeg" */
@@ -135,7 +142,10 @@ struct cpu_slab {
 	struct slab *slab;             /* active (frozen) slab */
 	struct slab *partial;          /* frozen slabs held back, linked by ->next */
 	unsigned nr_partial;
-	unsigned pad[5];
+	/* statistics, owner-only, folded into the cache's at each refill: */
+	uint32_t supplied;             /* objects the slow path put on freelist */
+	uint64_t fast_frees;           /* cache-API frees pushed on freelist */
+	uint64_t pad;
 };
 _Static_assert(sizeof(struct cpu_slab) == 64, "one cpu slab per cache line");
 
@@ -172,10 +182,17 @@ struct uslab_cache {
 	atomic_long_t nr_slabs;
 	atomic_long_t slabs_allocated;
 	atomic_long_t slabs_freed;
+	atomic_long_t stat[NR_CACHE_STATS];
 
 	struct uslab_cache *next;      /* registry */
 	char name[32];
 };
+
+/* Slow paths only: a relaxed add; readers sum without a lock. */
+static inline void stat_add(struct uslab_cache *s, enum cache_stat id, long n)
+{
+	atomic_long_add(n, &s->stat[id]);
+}
 
 /* ---- free pointer: the one pair of helpers --------------------------------- */
 
@@ -274,15 +291,18 @@ size_t os_page_size(void);
 
 /* ---- segment.c ------------------------------------------------------------ */
 /* A run of nunits units, its head descriptor marked kind (cache NULL);
- * NULL + ENOMEM. Free units are decommitted, so a new run reads as zero. */
-struct slab *segment_alloc_units(unsigned nunits, uint8_t kind);
+ * NULL + ENOMEM. *zeroed (if not NULL) tells whether the run reads as zero
+ * (no unit of it was freed since it was last given back to the OS). */
+struct slab *segment_alloc_units(unsigned nunits, uint8_t kind, bool *zeroed);
+void segment_purge_all(void);                         /* decommit every dirty unit */
+void segment_decay(void);                             /* slow paths: purge old dirt */
 void segment_free_units(struct slab *head);
 bool segment_resize_units(struct slab *head, unsigned nunits);
 size_t segment_mapped_bytes(void);
 void segment_give_back(struct segment *seg);
 void segment_release_empty_over(unsigned keep);       /* unmap empty segments */
 void segment_lock_all(void);                          /* fork: hold seg_lock */
-void segment_unlock_all(void);
+void segment_unlock_all(bool child);
 /* Visit every slab and large-block head (seg_lock held during the walk;
  * a slab's cache may still be NULL while it is being set up). */
 void segment_for_each_slab(void (*fn)(struct slab *, void *), void *arg);
@@ -295,8 +315,8 @@ struct slab *slab_new(struct uslab_cache *s);         /* frozen, full private li
 void slab_discard(struct uslab_cache *s, struct slab *slab);
 void slab_unfreeze(struct uslab_cache *s, struct slab *slab, void *head, void *tail,
 		   unsigned n);
-void *slab_take_freelist(struct slab *slab, bool freeze);
-struct slab *partial_take(struct uslab_cache *s, void **freelist);
+void *slab_take_freelist(struct uslab_cache *s, struct slab *slab, bool freeze, unsigned *count);
+struct slab *partial_take(struct uslab_cache *s, void **freelist, unsigned *count);
 bool __slab_free(struct uslab_cache *s, struct slab *slab, void *head, void *tail,
 		 unsigned cnt, bool can_freeze);
 void cache_shrink_partial(struct uslab_cache *s, bool all);
@@ -320,9 +340,20 @@ struct cpu_slab *cpu_slab_get(struct uslab_cache *s);  /* makes a real heap/chun
 int cache_setup(struct uslab_cache *s, const char *name, size_t size, size_t align,
 		unsigned flags, void (*ctor)(void *), int id);
 bool kmalloc_init(void);                               /* kmalloc.c: the static caches */
+struct cache_report {
+	const char *name;
+	size_t size, object_size, objects_per_slab, slab_bytes;
+	size_t slabs, partial_slabs;
+	long live_objects;
+	long stat[NR_CACHE_STATS];
+};
+void caches_for_each_report(void (*fn)(const struct cache_report *, void *), void *arg);
+void stats_poll(void);                                 /* stats.c: a signalled dump */
+void stats_init(void);                                 /* stats.c: the signal, if any */
+size_t segment_committed_bytes(void);
+extern int stats_pending;
 void caches_lock_all(void);                            /* fork: registry, heaps, lists */
-void caches_unlock_all(void);
-void caches_reclaim_dead_heaps(void);
+void caches_unlock_all(bool child);
 
 void *cache_alloc_slow(struct uslab_cache *s);
 void cache_free_slow(struct uslab_cache *s, void *obj);
@@ -355,26 +386,12 @@ static inline void cache_free_fast(struct uslab_cache *s, void *obj)
 			uslab_fatal("free", obj, "double free");
 		fp_set(s, obj, c->freelist);
 		c->freelist = obj;
+		c->fast_frees++;
 		return;
 	}
 	cache_free_slow(s, obj);
 }
 
-/*
- * Free into a slab the caller has looked up (malloc's free): if this thread
- * froze the slab (active or cpu-partial), push on the slab's owner-local
- * list, no atomic; the alloc slow path takes that list back whole. owner is
- * written only by the heap it names, so finding our heap there proves we
- * own the slab.
- */
-static inline bool slab_try_free_local(struct uslab_cache *s, struct slab *slab, void *obj)
-{
-	if (unlikely(READ_ONCE(slab->owner) != tls_heap || obj == slab->local_free))
-		return false;
-	fp_set(s, obj, slab->local_free);
-	slab->local_free = obj;
-	return true;
-}
 
 #pragma GCC visibility pop
 

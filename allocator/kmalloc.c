@@ -14,6 +14,7 @@
  */
 #define _GNU_SOURCE
 #include "kmalloc.h"
+#include "options.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -51,6 +52,7 @@ bool kmalloc_init(void)
 {
 	if (smp_load_acquire(&kmalloc_ready))   /* pairs with the release below */
 		return true;
+	options_init();
 	spin_lock(&kmalloc_init_lock);
 	if (!kmalloc_ready) {
 		for (unsigned i = 0; i < NR_CLASSES; i++) {
@@ -221,10 +223,10 @@ size_t kmalloc_huge_count(void)
 
 /* ---- large blocks ------------------------------------------------------------ */
 
-static void *large_alloc(size_t n)
+static void *large_alloc(size_t n, bool *zeroed)
 {
 	unsigned units = (unsigned)((n + UNIT_SIZE - 1) >> UNIT_SHIFT);
-	struct slab *head = segment_alloc_units(units, SLAB_KIND_LARGE);
+	struct slab *head = segment_alloc_units(units, SLAB_KIND_LARGE, zeroed);
 
 	if (!head)
 		return NULL;
@@ -232,14 +234,17 @@ static void *large_alloc(size_t n)
 	return (void *)head->base;
 }
 
-void *malloc_large_or_huge(size_t n, size_t align)
+/* *zeroed (if not NULL): the block reads as zero (fresh from the OS). */
+void *malloc_large_or_huge(size_t n, size_t align, bool *zeroed)
 {
 	if (n > PTRDIFF_MAX) {
 		errno = ENOMEM;
 		return NULL;
 	}
 	if (n <= LARGE_MAX && align <= UNIT_SIZE)
-		return large_alloc(n);
+		return large_alloc(n, zeroed);
+	if (zeroed)
+		*zeroed = true;
 	return huge_alloc(n, align);
 }
 
@@ -369,7 +374,7 @@ void *kmalloc_aligned(size_t align, size_t n)
 			if (kmalloc_class_size[c] % align == 0)
 				return cache_alloc_fast(&kmalloc_caches[c]);
 	}
-	return malloc_large_or_huge(n, align);
+	return malloc_large_or_huge(n, align, NULL);
 }
 
 /* Give back everything that can be: the caller's cached slabs, empty slabs
@@ -378,13 +383,29 @@ bool kmalloc_trim(void)
 {
 	size_t before = segment_mapped_bytes();
 
+	size_t committed = segment_committed_bytes();
+
 	uslab_thread_flush();
 	if (smp_load_acquire(&kmalloc_ready))
 		for (unsigned i = 0; i < NR_CLASSES; i++)
 			cache_shrink_partial(&kmalloc_caches[i], true);
+	segment_purge_all();
 	segment_release_empty_over(0);
-	return segment_mapped_bytes() < before;
+	return segment_mapped_bytes() < before || segment_committed_bytes() < committed;
 }
 
-void kmalloc_fork_prepare(void) { spin_lock(&huge_lock); }
-void kmalloc_fork_release(void) { spin_unlock(&huge_lock); }
+void kmalloc_fork_prepare(void)
+{
+	spin_lock(&kmalloc_init_lock);
+	spin_lock(&huge_lock);
+}
+void kmalloc_fork_release(bool child)
+{
+	if (child) {
+		spin_unlock_after_fork_child(&huge_lock);
+		spin_unlock_after_fork_child(&kmalloc_init_lock);
+	} else {
+		spin_unlock(&huge_lock);
+		spin_unlock(&kmalloc_init_lock);
+	}
+}

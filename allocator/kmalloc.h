@@ -50,7 +50,7 @@ static inline unsigned size_class(size_t n)
 	return size_class_above_1k(n);
 }
 
-void *malloc_large_or_huge(size_t n, size_t align);
+void *malloc_large_or_huge(size_t n, size_t align, bool *zeroed);
 void *kmalloc_aligned(size_t align, size_t n);
 void *kmalloc_resize(void *p, size_t n);
 size_t kmalloc_usable_size(const void *p, const char *call);
@@ -58,7 +58,7 @@ bool kmalloc_trim(void);
 size_t kmalloc_huge_bytes(void);
 size_t kmalloc_huge_count(void);
 void kmalloc_fork_prepare(void);
-void kmalloc_fork_release(void);
+void kmalloc_fork_release(bool child);
 void free_nonsmall(void *p, struct slab *slab, const char *call);
 noinline cold __attribute__((noreturn)) void free_invalid(const void *p, const char *call);
 
@@ -81,7 +81,7 @@ static inline void *kmalloc(size_t n)
 	else if (likely(n <= SMALL_MAX))
 		off = (uintptr_t)size_class_above_1k(n) << CPU_SLAB_SHIFT;
 	else
-		return malloc_large_or_huge(n, 0);
+		return malloc_large_or_huge(n, 0, NULL);
 
 	struct cpu_slab *c = (struct cpu_slab *)((char *)tls_heap->chunk0 + off);
 	void *obj = c->freelist;
@@ -108,6 +108,7 @@ static inline void kfree(void *p, const char *call)
 			   READ_ONCE(slab->owner) == tls_heap && p != slab->local_free)) {
 			*(void **)p = slab->local_free;   /* kmalloc: free pointer at 0 */
 			slab->local_free = p;
+			slab->local_count++;
 			return;
 		}
 	}

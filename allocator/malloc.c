@@ -36,9 +36,16 @@ USLAB_API void *uslab_calloc(size_t n, size_t m)
 		errno = ENOMEM;
 		return NULL;
 	}
+	if (bytes > SMALL_MAX) {
+		bool zeroed = false;
+
+		p = malloc_large_or_huge(bytes, 0, &zeroed);
+		if (p && !zeroed)
+			memset(p, 0, bytes);
+		return p;
+	}
 	p = kmalloc(bytes);
-	/* large runs and huge mappings come zeroed: free units are decommitted */
-	if (p && bytes <= SMALL_MAX)
+	if (p)
 		memset(p, 0, bytes);
 	return p;
 }
@@ -92,8 +99,10 @@ USLAB_API void *uslab_memalign(size_t align, size_t n)
 		errno = EINVAL;
 		return NULL;
 	}
-	if (align <= 16)
+	if (align <= 8)
 		return kmalloc(n);
+	if (align <= 16)   /* classes from 16 up are multiples of 16 */
+		return kmalloc(n < align ? align : n);
 	return kmalloc_aligned(align, n);
 }
 

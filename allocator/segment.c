@@ -12,11 +12,11 @@
  * pages in .bss; only the pages covering our segments are ever touched).
  */
 #include "internal.h"
+#include "options.h"
 
 #include <errno.h>
 #include <string.h>
-
-#define EMPTY_RESERVE 1   /* wholly empty segments kept mapped */
+#include <time.h>
 
 uint8_t seg_registry[REG_SEGMENTS];
 struct slab free_unit_desc = { .kind = SLAB_KIND_FREE };
@@ -24,6 +24,9 @@ static spinlock_t seg_lock = SPINLOCK_INIT;
 static struct segment *seg_list;
 static unsigned nr_empty_segments;
 static atomic_long_t mapped_bytes;
+static size_t clean_free_units;    /* free units that hold no memory (seg_lock) */
+static size_t dirty_free_units;    /* free units still committed (seg_lock) */
+static uint64_t last_decay_ms;
 
 /* Published with a release store before the segment's first unit is handed
  * out; a pointer from it reaches another thread only through some later
@@ -36,6 +39,21 @@ static void registry_set(uintptr_t seg, bool on)
 size_t segment_mapped_bytes(void)
 {
 	return (size_t)atomic_long_read(&mapped_bytes);
+}
+
+/* Mapped minus the free units that hold no memory (never touched, or given
+ * back with madvise); headers count as committed. */
+size_t segment_committed_bytes(void)
+{
+	return segment_mapped_bytes() - (READ_ONCE(clean_free_units) << UNIT_SHIFT);
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
 /* ---- segments ------------------------------------------------------------ */
@@ -91,19 +109,62 @@ static void seg_list_del(struct segment *seg)
 		seg->next->prev = seg->prev;
 }
 
-static bool unit_is_free(const struct segment *seg, unsigned i)
+static bool bit(const uint64_t *map, unsigned i)
 {
-	return (seg->free_map[i / 64] >> (i % 64)) & 1;
+	return (map[i / 64] >> (i % 64)) & 1;
 }
 
-static void units_mark(struct segment *seg, unsigned first, unsigned n, bool free)
+static void set_bits(uint64_t *map, unsigned first, unsigned n, bool on)
 {
 	for (unsigned i = first; i < first + n; i++) {
-		if (free)
-			seg->free_map[i / 64] |= 1ull << (i % 64);
+		if (on)
+			map[i / 64] |= 1ull << (i % 64);
 		else
-			seg->free_map[i / 64] &= ~(1ull << (i % 64));
+			map[i / 64] &= ~(1ull << (i % 64));
 	}
+}
+
+/*
+ * Free units move between three states, all under seg_lock:
+ *   in use -> (free) -> dirty: free, still committed
+ *   dirty  -> (purge: madvise) -> clean: free, holding no memory
+ *   clean or dirty -> (claim) -> in use
+ * Counts per segment (free_units, dirty_units) and in total
+ * (clean_free_units, dirty_free_units) follow every move.
+ */
+static void units_take(struct segment *seg, unsigned first, unsigned n, bool *zeroed)
+{
+	unsigned dirty = 0;
+
+	for (unsigned i = first; i < first + n; i++)
+		dirty += bit(seg->dirty_map, i);
+	if (seg->free_units == SEG_UNITS - SEG_HDR_UNITS)
+		nr_empty_segments--;
+	set_bits(seg->free_map, first, n, false);
+	set_bits(seg->dirty_map, first, n, false);
+	seg->free_units -= n;
+	seg->dirty_units -= dirty;
+	dirty_free_units -= dirty;
+	WRITE_ONCE(clean_free_units, clean_free_units - (n - dirty));
+	if (zeroed)
+		*zeroed = dirty == 0;
+}
+
+static void units_give(struct segment *seg, unsigned first, unsigned n, bool dirty)
+{
+	set_bits(seg->free_map, first, n, true);
+	seg->free_units += n;
+	if (dirty) {
+		if (!seg->dirty_units)
+			seg->dirty_since_ms = now_ms();
+		set_bits(seg->dirty_map, first, n, true);
+		seg->dirty_units += n;
+		dirty_free_units += n;
+	} else {
+		WRITE_ONCE(clean_free_units, clean_free_units + n);
+	}
+	if (seg->free_units == SEG_UNITS - SEG_HDR_UNITS)
+		nr_empty_segments++;
 }
 
 /* First fit run of n free units; SEG_UNITS when there is none. */
@@ -112,7 +173,7 @@ static unsigned find_run(const struct segment *seg, unsigned n)
 	unsigned run = 0;
 
 	for (unsigned i = SEG_HDR_UNITS; i < SEG_UNITS; i++) {
-		if (!unit_is_free(seg, i)) {
+		if (!bit(seg->free_map, i)) {
 			run = 0;
 			continue;
 		}
@@ -122,14 +183,12 @@ static unsigned find_run(const struct segment *seg, unsigned n)
 	return SEG_UNITS;
 }
 
-static struct slab *run_claim(struct segment *seg, unsigned first, unsigned n, uint8_t kind)
+static struct slab *run_claim(struct segment *seg, unsigned first, unsigned n, uint8_t kind,
+			      bool *zeroed)
 {
 	struct slab *head = &seg->desc[first];
 
-	if (seg->free_units == SEG_UNITS - SEG_HDR_UNITS)
-		nr_empty_segments--;
-	units_mark(seg, first, n, false);
-	seg->free_units -= n;
+	units_take(seg, first, n, zeroed);
 	head->nunits = (uint16_t)n;
 	head->kfree_magic = head->kfree_limit = 0;
 	head->span = 0;
@@ -143,7 +202,7 @@ static struct slab *run_claim(struct segment *seg, unsigned first, unsigned n, u
 	return head;
 }
 
-struct slab *segment_alloc_units(unsigned n, uint8_t kind)
+struct slab *segment_alloc_units(unsigned n, uint8_t kind, bool *zeroed)
 {
 	struct segment *seg, *fresh = NULL;
 	unsigned first;
@@ -162,6 +221,7 @@ struct slab *segment_alloc_units(unsigned n, uint8_t kind)
 			fresh = NULL;
 			seg_list_add(seg);
 			nr_empty_segments++;
+			WRITE_ONCE(clean_free_units, clean_free_units + seg->free_units);
 			first = SEG_HDR_UNITS;
 			goto found;
 		}
@@ -172,11 +232,12 @@ struct slab *segment_alloc_units(unsigned n, uint8_t kind)
 			return NULL;
 	}
 found:;
-	struct slab *head = run_claim(seg, first, n, kind);
+	struct slab *head = run_claim(seg, first, n, kind, zeroed);
 
 	spin_unlock(&seg_lock);
 	if (fresh)   /* raced: someone else made room; keep ours as the reserve */
 		segment_give_back(fresh);
+	segment_decay();
 	return head;
 }
 
@@ -186,8 +247,9 @@ void segment_give_back(struct segment *seg)
 	spin_lock(&seg_lock);
 	seg_list_add(seg);
 	nr_empty_segments++;
+	WRITE_ONCE(clean_free_units, clean_free_units + seg->free_units);
 	spin_unlock(&seg_lock);
-	segment_release_empty_over(EMPTY_RESERVE);
+	segment_release_empty_over((unsigned)option(OPT_RESERVE_SEGMENTS));
 }
 
 void segment_free_units(struct slab *head)
@@ -195,21 +257,95 @@ void segment_free_units(struct slab *head)
 	struct segment *seg = ptr_segment(head);
 	unsigned first = head->unit, n = head->nunits;
 
-	os_decommit((void *)slab_start(head), (size_t)n << UNIT_SHIFT);
 	spin_lock(&seg_lock);
 	for (unsigned i = first; i < first + n; i++) {
 		WRITE_ONCE(seg->desc[i].kind, SLAB_KIND_FREE);
 		WRITE_ONCE(seg->desc[i].cache, NULL);
 		WRITE_ONCE(seg->desc[i].head, &free_unit_desc);
 	}
-	units_mark(seg, first, n, true);
-	seg->free_units += n;
+	units_give(seg, first, n, true);
 	bool empty = seg->free_units == SEG_UNITS - SEG_HDR_UNITS;
-	if (empty)
-		nr_empty_segments++;
 	spin_unlock(&seg_lock);
 	if (empty)
-		segment_release_empty_over(EMPTY_RESERVE);
+		segment_release_empty_over((unsigned)option(OPT_RESERVE_SEGMENTS));
+	segment_decay();
+}
+
+/* ---- decay: giving free units' memory back ----------------------------------
+ *
+ * A freed unit stays committed ("dirty") so that reusing it soon costs no
+ * page faults. Slow paths call segment_decay(): units dirty for longer than
+ * USLAB_DECAY_MS, and all dirty units whenever there are more than
+ * USLAB_DIRTY_MAX bytes of them, are given back with madvise(MADV_DONTNEED)
+ * (not MADV_FREE: the kernel then frees at once, so RSS reflects it, and a
+ * unit reused later faults in zero pages, which calloc relies on).
+ * The madvise runs outside seg_lock; the units are taken off the free map
+ * meanwhile so nobody can claim memory that is being zapped.
+ */
+#define PURGE_BATCH 32
+
+struct purge_range {
+	struct segment *seg;
+	unsigned first, n;
+};
+
+/* Purge dirty units of segments whose oldest dirty unit is at or before
+ * `older_than` (ms; UINT64_MAX = all). Called without seg_lock. */
+static void purge(uint64_t older_than)
+{
+	struct purge_range r[PURGE_BATCH];
+	unsigned nr;
+
+	do {
+		nr = 0;
+		spin_lock(&seg_lock);
+		for (struct segment *seg = seg_list; seg && nr < PURGE_BATCH; seg = seg->next) {
+			if (!seg->dirty_units || seg->dirty_since_ms > older_than)
+				continue;
+			for (unsigned i = SEG_HDR_UNITS; i < SEG_UNITS && nr < PURGE_BATCH; i++) {
+				if (!bit(seg->dirty_map, i))
+					continue;
+				unsigned n = 1;
+				while (i + n < SEG_UNITS && bit(seg->dirty_map, i + n))
+					n++;
+				units_take(seg, i, n, NULL);   /* reserved while zapped */
+				r[nr++] = (struct purge_range){ seg, i, n };
+				i += n;
+			}
+		}
+		spin_unlock(&seg_lock);
+		for (unsigned k = 0; k < nr; k++)
+			os_decommit((char *)r[k].seg + ((size_t)r[k].first << UNIT_SHIFT),
+				    (size_t)r[k].n << UNIT_SHIFT);
+		spin_lock(&seg_lock);
+		for (unsigned k = 0; k < nr; k++)
+			units_give(r[k].seg, r[k].first, r[k].n, false);
+		spin_unlock(&seg_lock);
+	} while (nr == PURGE_BATCH);
+}
+
+void segment_decay(void)
+{
+	uint64_t decay = (uint64_t)option(OPT_DECAY_MS);
+	size_t dirty_bytes = READ_ONCE(dirty_free_units) << UNIT_SHIFT;
+
+	if (!dirty_bytes)
+		return;
+	if (decay == 0 || dirty_bytes > (size_t)option(OPT_DIRTY_MAX)) {
+		purge(UINT64_MAX);
+		return;
+	}
+	uint64_t now = now_ms();
+	if (now - READ_ONCE(last_decay_ms) < decay / 4 + 1)
+		return;
+	WRITE_ONCE(last_decay_ms, now);
+	if (now > decay)
+		purge(now - decay);
+}
+
+void segment_purge_all(void)
+{
+	purge(UINT64_MAX);
 }
 
 /* Unmap wholly empty segments until at most keep remain. */
@@ -224,6 +360,8 @@ void segment_release_empty_over(unsigned keep)
 			continue;
 		seg_list_del(seg);
 		nr_empty_segments--;
+		dirty_free_units -= seg->dirty_units;
+		WRITE_ONCE(clean_free_units, clean_free_units - (seg->free_units - seg->dirty_units));
 		seg->next = victims;
 		victims = seg;
 	}
@@ -254,10 +392,15 @@ void segment_lock_all(void)
 	spin_lock(&meta_lock);
 }
 
-void segment_unlock_all(void)
+void segment_unlock_all(bool child)
 {
-	spin_unlock(&meta_lock);
-	spin_unlock(&seg_lock);
+	if (child) {
+		spin_unlock_after_fork_child(&meta_lock);
+		spin_unlock_after_fork_child(&seg_lock);
+	} else {
+		spin_unlock(&meta_lock);
+		spin_unlock(&seg_lock);
+	}
 }
 
 /* ---- metadata memory: heaps, cpu-slab chunks, caches ------------------------
@@ -334,25 +477,22 @@ bool segment_resize_units(struct slab *head, unsigned n)
 			seg->desc[i].kind = SLAB_KIND_FREE;
 			WRITE_ONCE(seg->desc[i].head, &free_unit_desc);
 		}
-		units_mark(seg, first + n, have - n, true);
-		seg->free_units += have - n;
+		units_give(seg, first + n, have - n, true);
 		head->nunits = (uint16_t)n;
 		spin_unlock(&seg_lock);
-		os_decommit((char *)slab_start(head) + ((size_t)n << UNIT_SHIFT),
-			    (size_t)(have - n) << UNIT_SHIFT);
+		segment_decay();
 		return true;
 	}
 	if (first + n > SEG_UNITS)
 		return false;
 	spin_lock(&seg_lock);
 	for (unsigned i = first + have; i < first + n; i++) {
-		if (!unit_is_free(seg, i)) {
+		if (!bit(seg->free_map, i)) {
 			spin_unlock(&seg_lock);
 			return false;
 		}
 	}
-	units_mark(seg, first + have, n - have, false);
-	seg->free_units -= n - have;
+	units_take(seg, first + have, n - have, NULL);
 	for (unsigned i = first + have; i < first + n; i++) {
 		seg->desc[i].kind = SLAB_KIND_TAIL;
 		WRITE_ONCE(seg->desc[i].head, head);

@@ -59,7 +59,7 @@ static void remove_partial(struct uslab_cache *s, struct slab *slab)
  */
 struct slab *slab_new(struct uslab_cache *s)
 {
-	struct slab *slab = segment_alloc_units(s->units, SLAB_KIND_SLAB);
+	struct slab *slab = segment_alloc_units(s->units, SLAB_KIND_SLAB, NULL);
 	char *obj;
 
 	if (!slab)
@@ -87,6 +87,7 @@ struct slab *slab_new(struct uslab_cache *s)
 	WRITE_ONCE(slab->cache, s);
 	atomic_long_inc(&s->nr_slabs);
 	atomic_long_inc(&s->slabs_allocated);
+	stat_add(s, STAT_NEW_SLAB, 1);
 	return slab;
 }
 
@@ -95,6 +96,7 @@ void slab_discard(struct uslab_cache *s, struct slab *slab)
 {
 	atomic_long_dec(&s->nr_slabs);
 	atomic_long_inc(&s->slabs_freed);
+	stat_add(s, STAT_SLAB_FREED, 1);
 	segment_free_units(slab);
 }
 
@@ -102,23 +104,30 @@ void slab_discard(struct uslab_cache *s, struct slab *slab)
  * Owner only: take the slab's shared freelist, leaving it frozen with every
  * object counted in use. freeze=true also freezes an unfrozen slab (the
  * caller holds list_lock and has just taken it off the partial list).
- * Returns the chain taken (NULL if there was none and freeze was false).
+ * Returns the chain taken (NULL if there was none and freeze was false)
+ * and its length in *count.
  */
-void *slab_take_freelist(struct slab *slab, bool freeze)
+void *slab_take_freelist(struct uslab_cache *s, struct slab *slab, bool freeze, unsigned *count)
 {
 	dword_t old = dwcas_read(&slab->xword), nw;
 
-	do {
-		if (!old.lo && !freeze)
+	for (;;) {
+		if (!old.lo && !freeze) {
+			*count = 0;
 			return NULL;
+		}
 		nw.lo = 0;
 		nw.hi = ctr_make(ctr_objects(old.hi), ctr_objects(old.hi), true);
-	} while (!dwcas_try_cmpxchg(&slab->xword, &old, nw));
+		if (dwcas_try_cmpxchg(&slab->xword, &old, nw))
+			break;
+		stat_add(s, STAT_DWCAS_RETRY, 1);
+	}
+	*count = ctr_objects(old.hi) - ctr_inuse(old.hi);
 	return (void *)old.lo;
 }
 
 /* Under list_lock: take the first partial slab off the list and freeze it. */
-struct slab *partial_take(struct uslab_cache *s, void **freelist)
+struct slab *partial_take(struct uslab_cache *s, void **freelist, unsigned *count)
 {
 	struct slab *slab;
 
@@ -128,7 +137,7 @@ struct slab *partial_take(struct uslab_cache *s, void **freelist)
 	slab = s->partial;
 	if (slab) {
 		remove_partial(s, slab);
-		*freelist = slab_take_freelist(slab, true);
+		*freelist = slab_take_freelist(s, slab, true, count);
 	}
 	spin_unlock(&s->list_lock);
 	return slab;
@@ -162,7 +171,10 @@ void slab_unfreeze(struct uslab_cache *s, struct slab *slab, void *head, void *t
 		nw.hi = ctr_make(inuse, s->objects, false);
 		if (dwcas_try_cmpxchg(&slab->xword, &old, nw))
 			break;
+		stat_add(s, STAT_DWCAS_RETRY, 1);
 	}
+	stat_add(s, partial ? STAT_DEACTIVATE_PARTIAL :
+		    inuse ? STAT_DEACTIVATE_FULL : STAT_DEACTIVATE_EMPTY, 1);
 	if (partial) {
 		add_partial(s, slab);
 		spin_unlock(&s->list_lock);
@@ -225,7 +237,9 @@ bool __slab_free(struct uslab_cache *s, struct slab *slab, void *head, void *tai
 		nw.hi = ctr_make(inuse, ctr_objects(old.hi), frozen);
 		if (dwcas_try_cmpxchg(&slab->xword, &old, nw))
 			break;
+		stat_add(s, STAT_DWCAS_RETRY, 1);
 	}
+	stat_add(s, STAT_FREE_REMOTE, cnt);
 	if (!locked)
 		return frozen && !was_frozen;
 

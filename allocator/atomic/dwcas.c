@@ -155,8 +155,12 @@ void dwcas_lock_all(void)
 		spin_lock(&stripes[i].lock);
 }
 
-void dwcas_unlock_all(void)
+void dwcas_unlock_all(bool child)
 {
-	for (int i = DWCAS_STRIPES - 1; i >= 0; i--)
-		spin_unlock(&stripes[i].lock);
+	for (int i = DWCAS_STRIPES - 1; i >= 0; i--) {
+		if (child)
+			spin_unlock_after_fork_child(&stripes[i].lock);
+		else
+			spin_unlock(&stripes[i].lock);
+	}
 }

@@ -59,9 +59,10 @@ bool dwcas_set_path(enum dwcas_path path);
 
 bool __dwcas_slow(dword_t *p, dword_t *old, dword_t nw);   /* locked or uninitialised */
 
-/* fork support: hold every stripe across fork(), release in both processes. */
+/* fork support: hold every stripe across fork(); release in the parent,
+ * re-initialise in the child (child = true). */
 void dwcas_lock_all(void);
-void dwcas_unlock_all(void);
+void dwcas_unlock_all(bool child);
 
 #if defined(__SANITIZE_THREAD__)
 #define DWCAS_TSAN 1

@@ -76,6 +76,16 @@ static inline void spin_unlock(spinlock_t *l)
 	smp_store_release(&l->owner, (uint16_t)(READ_ONCE(l->owner) + 1));
 }
 
+/*
+ * After fork(), in the child: a ticket lock may have waiters queued behind
+ * the holder, and those threads do not exist here. Unlocking would hand the
+ * lock to a ghost; the child must re-initialise every lock instead.
+ */
+static inline void spin_unlock_after_fork_child(spinlock_t *l)
+{
+	spin_lock_init(l);
+}
+
 static inline bool spin_is_locked(const spinlock_t *l)
 {
 	uint32_t v = READ_ONCE(l->val);

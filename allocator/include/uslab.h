@@ -10,6 +10,7 @@
 #define USLAB_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -122,6 +123,12 @@ void uslab_thread_flush(void);
 
 /* Bytes currently mapped from the OS for slabs (segments). */
 size_t uslab_mapped_bytes(void);
+
+/* ---- statistics (docs/stats.md) -------------------------------------------
+ * The table is for people; the JSON is what tools/uslabinfo reads. Exact
+ * when no other thread is allocating meanwhile. */
+void uslab_stats_print(FILE *out);
+void uslab_stats_json(FILE *out);
 
 #ifdef __cplusplus
 }

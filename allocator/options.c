@@ -1,0 +1,173 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * options.c - read the USLAB_* environment once, without allocating.
+ *
+ * Runs from the library constructor and from the first slow path (whichever
+ * comes first). A bad value, or a USLAB_ name that is not an option, gets one
+ * warning line on stderr and the default is kept.
+ */
+#define _GNU_SOURCE
+#include "internal.h"
+#include "options.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+extern char **environ;
+
+enum opt_type { BOOL, INT, SIZE, STR, SIGNAL };
+
+static const struct {
+	const char *env;
+	enum opt_type type;
+	long dflt;
+} table[OPT_COUNT] = {
+#define X(id, env, type, dflt, doc) [OPT_##id] = { env, type, dflt },
+	USLAB_OPTIONS(X)
+#undef X
+};
+
+long option_values[OPT_COUNT] = {
+#define X(id, env, type, dflt, doc) [OPT_##id] = dflt,
+	USLAB_OPTIONS(X)
+#undef X
+};
+const char *option_strings[OPT_COUNT];
+
+static void warn(const char *what, const char *entry)
+{
+	char buf[256];
+	int n = snprintf(buf, sizeof(buf), "uslab: warning: %s '%s' ignored\n", what, entry);
+
+	if (n > 0 && write(2, buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1) < 0)
+		return;
+}
+
+static bool parse_long(const char *s, long *out, bool suffixes)
+{
+	char *end;
+	long v;
+
+	if (!*s || *s == '-')
+		return false;
+	v = strtol(s, &end, 10);
+	if (suffixes && *end) {
+		long mul = (*end == 'k' || *end == 'K') ? 1l << 10 :
+			   (*end == 'm' || *end == 'M') ? 1l << 20 :
+			   (*end == 'g' || *end == 'G') ? 1l << 30 : 0;
+		if (!mul || end[1] || v > __LONG_MAX__ / mul)
+			return false;
+		v *= mul;
+		end++;
+	}
+	if (*end)
+		return false;
+	*out = v;
+	return true;
+}
+
+static bool parse_signal(const char *s, long *out)
+{
+	static const struct { const char *name; int sig; } sigs[] = {
+		{ "USR1", SIGUSR1 }, { "USR2", SIGUSR2 }, { "HUP", SIGHUP },
+		{ "PROF", SIGPROF }, { "WINCH", SIGWINCH }, { "URG", SIGURG },
+	};
+
+	if (strncmp(s, "SIG", 3) == 0)
+		s += 3;
+	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++) {
+		if (strcmp(s, sigs[i].name) == 0) {
+			*out = sigs[i].sig;
+			return true;
+		}
+	}
+	return parse_long(s, out, false) && *out > 0 && *out < NSIG;
+}
+
+static bool parse_value(enum opt_type type, const char *s, long *out)
+{
+	switch (type) {
+	case BOOL:
+		if (!strcmp(s, "1") || !strcmp(s, "yes") || !strcmp(s, "on") || !strcmp(s, "true"))
+			*out = 1;
+		else if (!strcmp(s, "0") || !strcmp(s, "no") || !strcmp(s, "off") ||
+			 !strcmp(s, "false"))
+			*out = 0;
+		else
+			return false;
+		return true;
+	case INT:
+		return parse_long(s, out, false);
+	case SIZE:
+		return parse_long(s, out, true);
+	case SIGNAL:
+		return parse_signal(s, out);
+	case STR:
+		return *s != 0;
+	}
+	return false;
+}
+
+/* Names uslab's own tools and tests set for themselves, not for the library. */
+static bool tool_variable(const char *entry)
+{
+	static const char *const prefixes[] = { "USLAB_LIB=", "USLAB_TEST_", "USLAB_STRESS_",
+						"USLAB_BENCH_" };
+
+	for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++)
+		if (strncmp(entry, prefixes[i], strlen(prefixes[i])) == 0)
+			return true;
+	return false;
+}
+
+/* One environment entry "USLAB_NAME=value"; exposed for the unit test. */
+void options_parse_entry(const char *entry)
+{
+	const char *eq = strchr(entry, '=');
+	size_t len = eq ? (size_t)(eq - entry) : strlen(entry);
+
+	if (tool_variable(entry))
+		return;
+	for (int i = 0; i < OPT_COUNT; i++) {
+		if (strlen(table[i].env) != len || strncmp(table[i].env, entry, len) != 0)
+			continue;
+		long v = 0;
+		if (!eq || !parse_value(table[i].type, eq + 1, &v)) {
+			warn("bad value in", entry);
+			return;
+		}
+		if (table[i].type == STR)
+			option_strings[i] = eq + 1;
+		option_values[i] = v;
+		return;
+	}
+	warn("unknown option", entry);
+}
+
+void options_reset(void)
+{
+	for (int i = 0; i < OPT_COUNT; i++) {
+		option_values[i] = table[i].dflt;
+		option_strings[i] = NULL;
+	}
+}
+
+void options_init(void)
+{
+	static int done;
+
+	if (smp_load_acquire(&done))
+		return;
+	static spinlock_t lock = SPINLOCK_INIT;
+	spin_lock(&lock);
+	if (!done) {
+		for (char **e = environ; e && *e; e++)
+			if (strncmp(*e, "USLAB_", 6) == 0)
+				options_parse_entry(*e);
+		smp_store_release(&done, 1);
+	}
+	spin_unlock(&lock);
+}

@@ -1,0 +1,53 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * options.h - every tunable, defined once. The X-macro expands into the
+ * option enum, the defaults, the parser's table and docs/options.md's rows.
+ *
+ *   X(id, ENV_NAME, type, default, meaning)
+ *   type: BOOL (0/1, yes/no, on/off, true/false), INT (decimal, >= 0),
+ *         SIZE (bytes, with optional k/m/g suffix), STR (kept as a pointer
+ *         into the environment: nothing is copied or allocated),
+ *         SIGNAL (a name like USR2 or SIGUSR2, or a number; 0 = none)
+ */
+#ifndef USLAB_OPTIONS_H
+#define USLAB_OPTIONS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#define USLAB_OPTIONS(X)                                                                 \
+	X(STATS, "USLAB_STATS", BOOL, 0, "print the statistics table on stderr at exit")     \
+	X(STATS_FILE, "USLAB_STATS_FILE", STR, 0, "write the statistics as JSON to this path at exit") \
+	X(STATS_SIGNAL, "USLAB_STATS_SIGNAL", SIGNAL, 0,                                     \
+	  "on this signal, write the statistics (JSON to USLAB_STATS_FILE, else the table to stderr)") \
+	X(DWCAS, "USLAB_DWCAS", BOOL, 1,                                                     \
+	  "0 forces the striped-lock path of the double-width CAS (read by the toolkit)")    \
+	X(DECAY_MS, "USLAB_DECAY_MS", INT, 500,                                              \
+	  "free units unused this long (ms) are given back to the OS with madvise")          \
+	X(DIRTY_MAX, "USLAB_DIRTY_MAX", SIZE, 8 << 20,                                       \
+	  "free but still committed memory above this is given back at once")                \
+	X(RESERVE_SEGMENTS, "USLAB_RESERVE_SEGMENTS", INT, 1,                                \
+	  "wholly empty 4 MiB segments kept mapped for reuse")                               \
+	X(CPU_PARTIAL, "USLAB_CPU_PARTIAL", INT, 0,                                          \
+	  "frozen slabs a thread may hold per cache (0 = by object size: 4, or 2 from 4 KiB)")
+
+enum option_id {
+#define X(id, env, type, dflt, doc) OPT_##id,
+	USLAB_OPTIONS(X)
+#undef X
+	OPT_COUNT
+};
+
+#pragma GCC visibility push(hidden)
+extern long option_values[OPT_COUNT];
+extern const char *option_strings[OPT_COUNT];
+
+void options_init(void);   /* idempotent; the first call reads the environment */
+void options_parse_entry(const char *entry);   /* tests: one "USLAB_X=v" */
+void options_reset(void);                      /* tests: back to the defaults */
+
+static inline long option(enum option_id id) { return option_values[id]; }
+static inline const char *option_str(enum option_id id) { return option_strings[id]; }
+#pragma GCC visibility pop
+
+#endif

@@ -1,0 +1,56 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * process.c - process life: start-up (options, statistics signal) and fork
+ * handlers over every layer's locks.
+ *
+ * prepare takes every allocator lock in the documented order (kmalloc
+ * init, huge table, cache registry, heaps, each cache's list_lock,
+ * segments, metadata, dwcas stripes), so no lock is held at fork() by a thread that will not
+ * exist in the child. The parent unlocks them; the child re-initialises them
+ * (a ticket lock may have had waiters queued, threads the child does not
+ * have) and can allocate at once.
+ */
+#include "kmalloc.h"
+#include "options.h"
+
+#include <pthread.h>
+
+static void fork_prepare(void)
+{
+	kmalloc_fork_prepare();   /* kmalloc_init_lock ranks above the registry */
+	caches_lock_all();
+	segment_lock_all();
+	dwcas_lock_all();
+}
+
+static void fork_release(bool child)
+{
+	dwcas_unlock_all(child);
+	segment_unlock_all(child);
+	caches_unlock_all(child);
+	kmalloc_fork_release(child);
+}
+
+static void fork_parent(void)
+{
+	fork_release(false);
+}
+
+/*
+ * The threads that did not survive the fork may have been anywhere in a slow
+ * path (no lock held, but a chain half-walked), so the child does not touch
+ * their heaps: it keeps them marked live, and their cached slabs stay with
+ * them (a bounded amount per thread; fork-then-exec loses nothing).
+ */
+static void fork_child(void)
+{
+	fork_release(true);
+}
+
+__attribute__((constructor)) static void uslab_process_init(void)
+{
+	options_init();
+	dwcas_init();
+	stats_init();
+	pthread_atfork(fork_prepare, fork_parent, fork_child);
+}

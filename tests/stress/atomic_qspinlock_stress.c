@@ -1,0 +1,195 @@
+/*
+ * atomic_qspinlock_stress - mutual exclusion of the queued lock under 4, then
+ * 8 threads, with signal handlers that nest a second lock inside the first
+ * one's slow path.
+ *
+ * Under `lock` every thread:
+ *   - increments an "inside" counter and requires it to read 1;
+ *   - checks that two plain fields agree (check == counter * K) before and
+ *     after updating them with a gap in between, so a second thread inside
+ *     would be caught by the pair or by TSan;
+ * and counts its own sections (some by trylock). At the end the plain
+ * counter equals the sum of all sections, and the word and the slot table
+ * are empty.
+ *
+ * A signaller thread sends SIGUSR1 to random workers; the handler takes
+ * `hlock` (used only by handlers) and bumps its own plain counter. A worker
+ * interrupted while queued on `lock` queues on `hlock` with its next node
+ * (tail idx 1) under the same slot row, so the nesting levels are exercised.
+ * The handler counter must equal the handled signals.
+ *
+ * Each round also requires that the queue (a non-zero tail) was seen from
+ * inside the critical section, so the MCS path really ran.
+ * Duration: USLAB_STRESS_SECONDS (default 2 s) split over the two rounds.
+ */
+#include "test.h"
+#include "qspinlock.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#define K 0x9E3779B97F4A7C15ul
+#define MAX_THREADS 8
+
+static qspinlock_t lock = QSPINLOCK_INIT;
+static unsigned long counter;           /* plain: only under lock */
+static unsigned long check;             /* plain: counter * K, only under lock */
+static atomic_t inside;
+static atomic_t stop, stop_signals;
+static atomic_long_t trylocks_ok, queue_seen, pending_seen;
+
+static qspinlock_t hlock = QSPINLOCK_INIT;
+static unsigned long hcounter;          /* plain: only under hlock */
+static atomic_long_t handled, nested_while_queued;
+
+struct worker {
+	pthread_t tid;
+	unsigned long sections;
+	uint64_t seed;
+};
+
+static void on_sigusr1(int sig)
+{
+	/* this thread's queue depth in this file's per-thread node storage */
+	if (__qspin_tls.count)
+		atomic_long_inc(&nested_while_queued);
+	qspin_lock(&hlock);
+	hcounter++;
+	qspin_unlock(&hlock);
+	atomic_long_inc(&handled);
+}
+
+static void critical_section(void)
+{
+	uint32_t v = (uint32_t)atomic_read(&lock.val);
+	unsigned long c;
+
+	REQUIRE(v & QSPIN_LOCKED_MASK);
+	if (v & QSPIN_TAIL_MASK)
+		atomic_long_inc(&queue_seen);
+	if (v & QSPIN_PENDING_MASK)
+		atomic_long_inc(&pending_seen);
+	if (atomic_inc_return(&inside) != 1) {
+		fprintf(stderr, "two threads inside the queued lock (word %#x)\n", v);
+		exit(1);
+	}
+	c = counter;
+	if (check != c * K) {
+		fprintf(stderr, "plain pair torn: counter %lu check %#lx\n", c, check);
+		exit(1);
+	}
+	counter = c + 1;
+	for (int i = 0; i < 8; i++)
+		cpu_relax();                    /* widen the window */
+	check = (c + 1) * K;
+	REQUIRE(counter == c + 1);
+	atomic_dec(&inside);
+}
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+
+	while (!atomic_read(&stop)) {
+		if ((test_rand(&w->seed) & 3) == 0 && qspin_trylock(&lock)) {
+			atomic_long_inc(&trylocks_ok);
+		} else {
+			qspin_lock(&lock);
+		}
+		critical_section();
+		qspin_unlock(&lock);
+		w->sections++;
+	}
+	return NULL;
+}
+
+struct signaller {
+	pthread_t tid;
+	struct worker *w;
+	int n;
+};
+
+static void *signaller_main(void *arg)
+{
+	struct signaller *s = arg;
+	uint64_t seed = 77;
+
+	while (!atomic_read(&stop_signals)) {
+		REQUIRE(pthread_kill(s->w[test_rand(&seed) % s->n].tid, SIGUSR1) == 0);
+		usleep(200);
+	}
+	return NULL;
+}
+
+static unsigned long run_round(int nthreads, double seconds)
+{
+	struct worker w[MAX_THREADS] = { 0 };
+	struct signaller s = { .w = w, .n = nthreads };
+	unsigned long total = 0;
+	long queued_before = atomic_long_read(&queue_seen);
+	double end;
+
+	atomic_set(&stop, 0);
+	atomic_set(&stop_signals, 0);
+	for (int i = 0; i < nthreads; i++) {
+		w[i].seed = 0x1234567ull * (i + 1) + nthreads;
+		REQUIRE(pthread_create(&w[i].tid, NULL, worker_main, &w[i]) == 0);
+	}
+	REQUIRE(pthread_create(&s.tid, NULL, signaller_main, &s) == 0);
+	end = test_now() + seconds;
+	while (test_now() < end)
+		usleep(10000);
+	/* no signal may target a worker that is gone */
+	atomic_set(&stop_signals, 1);
+	pthread_join(s.tid, NULL);
+	atomic_set(&stop, 1);
+	for (int i = 0; i < nthreads; i++) {
+		pthread_join(w[i].tid, NULL);
+		total += w[i].sections;
+	}
+	if (atomic_long_read(&queue_seen) == queued_before) {
+		fprintf(stderr, "%d threads: no section ever saw a queued waiter\n", nthreads);
+		exit(1);
+	}
+	return total;
+}
+
+int main(void)
+{
+	struct sigaction sa = { .sa_handler = on_sigusr1 };
+	double secs = test_stress_seconds(2.0);
+	unsigned long r4, r8, total;
+
+	sigemptyset(&sa.sa_mask);
+	sa.sa_flags = SA_RESTART;
+	REQUIRE(sigaction(SIGUSR1, &sa, NULL) == 0);
+
+	if (secs > 10)
+		secs = 10;
+	r4 = run_round(4, secs / 2);
+	CHECK_EQ(counter, r4);
+	r8 = run_round(8, secs / 2);
+	total = r4 + r8;
+
+	CHECK_EQ(counter, total);
+	CHECK_EQ(check, total * K);
+	CHECK_EQ(atomic_read(&inside), 0);
+	CHECK_EQ(atomic_read(&lock.val), 0);
+	CHECK_EQ(atomic_read(&hlock.val), 0);
+	CHECK_EQ(hcounter, atomic_long_read(&handled));
+	CHECK(r4 > 0 && r8 > 0);
+	for (int i = 0; i < QSPIN_SLOTS; i++) {
+		if (READ_ONCE(__qspin_slots[i])) {
+			fprintf(stderr, "slot row %d still claimed after all threads left\n", i);
+			test_failures++;
+			break;
+		}
+	}
+	printf("sections: %lu with 4 threads, %lu with 8 (%ld by trylock); "
+	       "seen inside: %ld queued, %ld pending; signals %ld, %ld while queued\n",
+	       r4, r8, atomic_long_read(&trylocks_ok), atomic_long_read(&queue_seen),
+	       atomic_long_read(&pending_seen), atomic_long_read(&handled),
+	       atomic_long_read(&nested_while_queued));
+	return test_done("atomic_qspinlock_stress");
+}

@@ -1,0 +1,120 @@
+/*
+ * atomic_spinlock_stress - mutual exclusion of the ticket lock under 4, then
+ * 8 threads (more threads than CPUs on small machines: waiters must yield).
+ *
+ * Under the lock every thread:
+ *   - increments an "inside" counter and requires it to read 1 (nobody else
+ *     is inside), and requires is_locked;
+ *   - checks that two plain fields agree (check == counter * K) before and
+ *     after updating them with a gap in between, so a second thread inside
+ *     would be caught by the pair or by TSan;
+ * and counts its own sections (half of them taken with trylock when that
+ * succeeds). At the end the plain counter equals the sum of all sections.
+ * Duration: USLAB_STRESS_SECONDS (default 2 s) split over the two rounds.
+ */
+#include "test.h"
+#include "spinlock.h"
+
+#include <pthread.h>
+#include <unistd.h>
+
+#define K 0x9E3779B97F4A7C15ul
+
+static spinlock_t lock = SPINLOCK_INIT;
+static unsigned long counter;           /* plain: only under lock */
+static unsigned long check;             /* plain: counter * K, only under lock */
+static atomic_t inside;
+static atomic_t stop;
+static atomic_long_t trylocks_ok;
+
+struct worker {
+	pthread_t tid;
+	unsigned long sections;
+	uint64_t seed;
+};
+
+static void critical_section(void)
+{
+	unsigned long c;
+
+	REQUIRE(spin_is_locked(&lock));
+	if (atomic_inc_return(&inside) != 1) {
+		fprintf(stderr, "two threads inside the ticket lock\n");
+		exit(1);
+	}
+	c = counter;
+	if (check != c * K) {
+		fprintf(stderr, "plain pair torn: counter %lu check %#lx\n", c, check);
+		exit(1);
+	}
+	counter = c + 1;
+	for (int i = 0; i < 8; i++)
+		cpu_relax();                    /* widen the window */
+	check = (c + 1) * K;
+	REQUIRE(counter == c + 1);
+	atomic_dec(&inside);
+}
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+
+	while (!atomic_read(&stop)) {
+		if ((test_rand(&w->seed) & 1) && spin_trylock(&lock)) {
+			atomic_long_inc(&trylocks_ok);
+		} else {
+			spin_lock(&lock);
+		}
+		critical_section();
+		spin_unlock(&lock);
+		w->sections++;
+	}
+	return NULL;
+}
+
+static unsigned long run_round(int nthreads, double seconds)
+{
+	struct worker w[8] = { 0 };
+	unsigned long total = 0;
+	double end;
+
+	atomic_set(&stop, 0);
+	for (int i = 0; i < nthreads; i++) {
+		w[i].seed = 0x1234567ull * (i + 1) + nthreads;
+		REQUIRE(pthread_create(&w[i].tid, NULL, worker_main, &w[i]) == 0);
+	}
+	end = test_now() + seconds;
+	while (test_now() < end)
+		usleep(10000);
+	atomic_set(&stop, 1);
+	for (int i = 0; i < nthreads; i++) {
+		pthread_join(w[i].tid, NULL);
+		if (w[i].sections == 0)
+			fprintf(stderr, "note: worker %d of %d got no section\n", i, nthreads);
+		total += w[i].sections;
+	}
+	return total;
+}
+
+int main(void)
+{
+	double secs = test_stress_seconds(2.0);
+	unsigned long total = 0, r4, r8;
+
+	if (secs > 10)
+		secs = 10;
+	r4 = run_round(4, secs / 2);
+	CHECK_EQ(counter, r4);
+	r8 = run_round(8, secs / 2);
+	total = r4 + r8;
+
+	CHECK_EQ(counter, total);
+	CHECK_EQ(check, total * K);
+	CHECK_EQ(atomic_read(&inside), 0);
+	CHECK(!spin_is_locked(&lock));
+	CHECK_EQ(lock.owner, (uint16_t)total);
+	CHECK(r4 > 0 && r8 > 0);
+	printf("sections: %lu with 4 threads, %lu with 8 (%ld by trylock)\n",
+	       r4, r8, atomic_long_read(&trylocks_ok));
+	return test_done("atomic_spinlock_stress");
+}

@@ -38,7 +38,11 @@ static struct thread_heap *heaps;
 static pthread_key_t heap_key;
 static pthread_once_t heap_key_once = PTHREAD_ONCE_INIT;
 
-static spinlock_t registry_lock = SPINLOCK_INIT;
+/* The registry: readers walk it for statistics, writers add and remove
+ * caches. A cache's memory lives while anyone holds a reference (kref): the
+ * creator's, dropped by destroy, and those statistics walks take so that they
+ * need not hold the registry lock through their long walks. */
+static qrwlock_t cache_registry;
 static struct uslab_cache *caches;
 static uint64_t cache_ids[MAX_CACHES / 64];
 
@@ -483,7 +487,7 @@ static void calculate_units(struct uslab_cache *s)
 	}
 }
 
-/* registry_lock held. want >= 0: exactly that id; else the first free one
+/* cache_registry write-locked. want >= 0: exactly that id; else the first free one
  * above the ids reserved for the kmalloc caches. */
 static int cache_id_alloc(int want)
 {
@@ -501,6 +505,15 @@ static int cache_id_alloc(int want)
 		return (int)(w * 64 + b);
 	}
 	return -1;
+}
+
+/* The last reference is gone: the cache's memory goes back. The static
+ * kmalloc caches are never destroyed, so never get here. */
+static void cache_release(struct kref *ref)
+{
+	struct uslab_cache *s = container_of(ref, struct uslab_cache, ref);
+
+	meta_free(s, sizeof(*s));
 }
 
 /*
@@ -545,7 +558,8 @@ int cache_setup(struct uslab_cache *s, const char *name, size_t size, size_t ali
 	spin_lock_init(&s->list_lock);
 	snprintf(s->name, sizeof(s->name), "%s", name ? name : "unnamed");
 
-	spin_lock(&registry_lock);
+	kref_init(&s->ref);
+	qrw_write_lock(&cache_registry);
 	int id = cache_id_alloc(want_id);
 	if (id >= 0) {
 		s->id = (unsigned)id;
@@ -554,7 +568,7 @@ int cache_setup(struct uslab_cache *s, const char *name, size_t size, size_t ali
 		s->next = caches;
 		caches = s;
 	}
-	spin_unlock(&registry_lock);
+	qrw_write_unlock(&cache_registry);
 	return id < 0 ? ENOMEM : 0;
 }
 
@@ -634,7 +648,8 @@ USLAB_API int uslab_cache_destroy(struct uslab_cache *s)
 	}
 	cache_shrink_partial(s, true);
 
-	spin_lock(&registry_lock);
+	qrw_write_lock(&cache_registry);
+	WRITE_ONCE(s->dead, 1);
 	for (struct uslab_cache **pp = &caches; *pp; pp = &(*pp)->next) {
 		if (*pp == s) {
 			*pp = s->next;
@@ -642,8 +657,8 @@ USLAB_API int uslab_cache_destroy(struct uslab_cache *s)
 		}
 	}
 	cache_ids[s->id / 64] &= ~(1ull << (s->id % 64));
-	spin_unlock(&registry_lock);
-	meta_free(s, sizeof(*s));
+	qrw_write_unlock(&cache_registry);
+	kref_put(&s->ref, cache_release);   /* the creator's reference */
 	return 0;
 }
 
@@ -841,11 +856,11 @@ USLAB_API long uslab_cache_validate(struct uslab_cache *s)
 	return v.problems;
 }
 
-/* ---- fork: this layer's locks (allocator/fork.c orders all layers) ---------------- */
+/* ---- fork: this layer's locks (process.c orders all layers) ---------------------- */
 
 void caches_lock_all(void)
 {
-	spin_lock(&registry_lock);
+	qrw_write_lock(&cache_registry);
 	spin_lock(&heaps_lock);
 	for (struct uslab_cache *s = caches; s; s = s->next)
 		spin_lock(&s->list_lock);
@@ -864,7 +879,10 @@ void caches_unlock_all(bool child)
 	for (struct uslab_cache *s = caches; s; s = s->next)
 		fork_unlock(&s->list_lock, child);
 	fork_unlock(&heaps_lock, child);
-	fork_unlock(&registry_lock, child);
+	if (child)
+		qrwlock_init(&cache_registry);
+	else
+		qrw_write_unlock(&cache_registry);
 }
 
 
@@ -920,20 +938,34 @@ static void cache_report(struct uslab_cache *s, struct cache_report *r)
 	}
 }
 
-/* Visit every cache that has slabs or has served an allocation. */
+/*
+ * Visit every cache that has slabs or has served an allocation. The registry
+ * is read-locked only to take a reference on each cache; the reports are
+ * made, and fn (which may allocate: it prints) called, with no lock held.
+ */
 void caches_for_each_report(void (*fn)(const struct cache_report *, void *), void *arg)
 {
 	struct cache_report r;
+	struct uslab_cache **list;
+	size_t n = 0, cap = MAX_CACHES;
 
-	spin_lock(&registry_lock);
-	spin_lock(&heaps_lock);
-	for (struct uslab_cache *s = caches; s; s = s->next) {
-		if (!s->objects)
-			continue;
-		cache_report(s, &r);
-		if (r.slabs || r.stat[STAT_ALLOC_FAST] || r.stat[STAT_ALLOC_SLOW])
-			fn(&r, arg);
+	list = meta_alloc(cap * sizeof(*list));
+	if (!list)
+		return;
+	qrw_read_lock(&cache_registry);
+	for (struct uslab_cache *s = caches; s && n < cap; s = s->next)
+		if (s->objects && kref_get_unless_zero(&s->ref))
+			list[n++] = s;
+	qrw_read_unlock(&cache_registry);
+	for (size_t i = 0; i < n; i++) {
+		struct uslab_cache *s = list[i];
+
+		if (!READ_ONCE(s->dead)) {
+			cache_report(s, &r);
+			if (r.slabs || r.stat[STAT_ALLOC_FAST] || r.stat[STAT_ALLOC_SLOW])
+				fn(&r, arg);
+		}
+		kref_put(&s->ref, cache_release);
 	}
-	spin_unlock(&heaps_lock);
-	spin_unlock(&registry_lock);
+	meta_free(list, cap * sizeof(*list));
 }

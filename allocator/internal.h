@@ -16,7 +16,7 @@
  *
  * Lock order (outer first; all ticket spinlocks; process.c's fork handlers
  * take them all in this order):
- *   kmalloc_init_lock > huge_lock (leaf in normal use) > registry_lock
+ *   kmalloc_init_lock > huge_lock (leaf in normal use) > cache_registry (qrwlock)
  *       > heaps_lock > cache->list_lock > seg_lock > meta_lock
  *       > dwcas stripe locks (leaf, inside dwcas only)
  */
@@ -27,6 +27,8 @@
 #include "atomic.h"
 #include "dwcas.h"
 #include "spinlock.h"
+#include "kref.h"
+#include "qrwlock.h"
 #include "stats.h"
 
 #include <stdbool.h>
@@ -38,8 +40,9 @@
 #pragma GCC visibility push(hidden)
 
 #define USLAB_API __attribute__((visibility("default")))
-#define noinline __attribute__((noinline))
-#define cold __attribute__((cold))
+/* After every toolkit header: these names must not expand inside theirs. */
+#define noinline __attribute__((__noinline__))
+#define cold __attribute__((__cold__))
 
 #define SEG_SHIFT      22                     /* 4 MiB segments */
 #define SEG_SIZE       (1ul << SEG_SHIFT)
@@ -185,6 +188,8 @@ struct uslab_cache {
 	atomic_long_t stat[NR_CACHE_STATS];
 
 	struct uslab_cache *next;      /* registry */
+	struct kref ref;               /* creator + statistics walks */
+	int dead;                      /* destroyed; set under the registry lock */
 	char name[32];
 };
 

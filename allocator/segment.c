@@ -144,7 +144,7 @@ static void units_take(struct segment *seg, unsigned first, unsigned n, bool *ze
 	set_bits(seg->dirty_map, first, n, false);
 	seg->free_units -= n;
 	seg->dirty_units -= dirty;
-	dirty_free_units -= dirty;
+	WRITE_ONCE(dirty_free_units, dirty_free_units - dirty);   /* segment_decay peeks */
 	WRITE_ONCE(clean_free_units, clean_free_units - (n - dirty));
 	if (zeroed)
 		*zeroed = dirty == 0;
@@ -159,7 +159,7 @@ static void units_give(struct segment *seg, unsigned first, unsigned n, bool dir
 			seg->dirty_since_ms = now_ms();
 		set_bits(seg->dirty_map, first, n, true);
 		seg->dirty_units += n;
-		dirty_free_units += n;
+		WRITE_ONCE(dirty_free_units, dirty_free_units + n);
 	} else {
 		WRITE_ONCE(clean_free_units, clean_free_units + n);
 	}
@@ -360,7 +360,7 @@ void segment_release_empty_over(unsigned keep)
 			continue;
 		seg_list_del(seg);
 		nr_empty_segments--;
-		dirty_free_units -= seg->dirty_units;
+		WRITE_ONCE(dirty_free_units, dirty_free_units - seg->dirty_units);
 		WRITE_ONCE(clean_free_units, clean_free_units - (seg->free_units - seg->dirty_units));
 		seg->next = victims;
 		victims = seg;

@@ -63,7 +63,8 @@ long uslab_cache_validate(struct uslab_cache *cache);
 size_t uslab_cache_object_size(const struct uslab_cache *cache);
 const char *uslab_cache_name(const struct uslab_cache *cache);
 
-/* Per-cache counters (a snapshot; exact when no thread is allocating). */
+/* Per-cache counters, a snapshot. Objects cached on another live thread's
+ * private lists count as live until that thread flushes or exits. */
 struct uslab_cache_info {
 	size_t object_size;        /* bytes per object slot */
 	size_t objects_per_slab;

@@ -16,7 +16,9 @@
  *     unless suffixed _relaxed, _acquire or _release.
  *   - try_cmpxchg(v, &old, new) returns true on success; on failure it stores
  *     the value it saw into *old, so a CAS loop needs no separate re-read.
- *   - a failed cmpxchg orders nothing (relaxed failure order).
+ *   - a failed atomic_*_cmpxchg orders nothing (relaxed failure order); the
+ *     generic try_cmpxchg_acq_rel() on plain scalars is an acquire on failure
+ *     too (its callers read what the winner published).
  *
  * Plain shared words that are not atomic_t (pointers, flags) are accessed with
  * READ_ONCE / WRITE_ONCE (relaxed) and smp_load_acquire / smp_store_release.

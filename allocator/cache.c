@@ -371,9 +371,17 @@ static struct slab *object_slab(struct uslab_cache *s, void *obj, const char *ca
 	if (unlikely(slab->cache != s))
 		uslab_fatal(call, obj, "pointer from another cache");
 	uintptr_t off = (uintptr_t)obj - slab->base;
-	if (unlikely(off >= (uintptr_t)s->objects * s->stride || off % s->stride))
+	if (unlikely(off >= slab->span || !on_object_boundary(s->stride_magic, off)))
 		uslab_fatal(call, obj, "misaligned pointer");
 	return slab;
+}
+
+static noinline void free_remote(struct uslab_cache *s, struct slab *slab, void *obj)
+{
+	struct cpu_slab *c = cpu_slab_get(s);
+
+	if (__slab_free(s, slab, obj, obj, 1, c != NULL))
+		cpu_partial_put(s, c, slab);
 }
 
 /*
@@ -381,11 +389,11 @@ static struct slab *object_slab(struct uslab_cache *s, void *obj, const char *ca
  * this thread froze the slab, else one dwcas on it (which may freeze a FULL
  * slab for us, onto our cpu-partial list).
  */
-void slab_free_slow(struct uslab_cache *s, struct slab *slab, void *obj)
+static inline __attribute__((always_inline)) void
+free_local_or_remote(struct uslab_cache *s, struct slab *slab, void *obj)
 {
-	struct cpu_slab *c = cpu_slab_get(s);
-
-	if (c && READ_ONCE(slab->owner) == tls_heap) {
+	/* owner is only ever a real heap, never empty_heap */
+	if (READ_ONCE(slab->owner) == tls_heap) {
 		if (unlikely(obj == slab->local_free))
 			uslab_fatal("free", obj, "double free");
 		fp_set(s, obj, slab->local_free);
@@ -393,13 +401,37 @@ void slab_free_slow(struct uslab_cache *s, struct slab *slab, void *obj)
 		slab->local_count++;
 		return;
 	}
-	if (__slab_free(s, slab, obj, obj, 1, c != NULL))
-		cpu_partial_put(s, c, slab);
+	free_remote(s, slab, obj);
 }
 
-void cache_free_slow(struct uslab_cache *s, void *obj)
+void slab_free_slow(struct uslab_cache *s, struct slab *slab, void *obj)
 {
-	slab_free_slow(s, object_slab(s, obj, "uslab_cache_free"), obj);
+	free_local_or_remote(s, slab, obj);
+}
+
+/*
+ * Cache-API free outside the active slab: the checks object_slab makes, in
+ * their cheap form, then an owner-local push or the dwcas path. NULL lands
+ * here too (the fast path's range test fails for it).
+ */
+noinline void cache_free_slow(struct uslab_cache *s, void *obj)
+{
+	uintptr_t seg = (uintptr_t)obj & ~(SEG_SIZE - 1);
+
+	if (unlikely(!obj))
+		return;
+	if (likely(segment_is_registered(seg))) {
+		struct slab *slab = segment_desc_head(seg, obj);
+		uintptr_t off = (uintptr_t)obj - slab->base;
+
+		if (likely(slab->cache == s && off < slab->span &&
+			   on_object_boundary(s->stride_magic, off))) {
+			free_local_or_remote(s, slab, obj);
+			return;
+		}
+	}
+	object_slab(s, obj, "uslab_cache_free");   /* reports what is wrong */
+	__builtin_unreachable();
 }
 
 /* ---- the API ------------------------------------------------------------------------ */
@@ -411,9 +443,7 @@ USLAB_API void *uslab_cache_alloc(struct uslab_cache *cache)
 
 USLAB_API void uslab_cache_free(struct uslab_cache *cache, void *obj)
 {
-	if (unlikely(!obj))
-		return;
-	cache_free_fast(cache, obj);
+	cache_free_fast(cache, obj);   /* NULL falls through to the slow path */
 }
 
 USLAB_API size_t uslab_cache_alloc_bulk(struct uslab_cache *cache, size_t n, void **objs)

@@ -199,6 +199,13 @@ static inline void stat_add(struct uslab_cache *s, enum cache_stat id, long n)
 	atomic_long_add(n, &s->stat[id]);
 }
 
+/* Divisibility by the stride with one multiply (Lemire's test): off is on
+ * an object boundary iff off * ceil(2^64 / stride) < ceil(2^64 / stride). */
+static inline bool on_object_boundary(uint64_t stride_magic, uintptr_t off)
+{
+	return off * stride_magic < stride_magic;
+}
+
 /* ---- free pointer: the one pair of helpers --------------------------------- */
 
 static inline void *fp_get(const struct uslab_cache *s, const void *obj)

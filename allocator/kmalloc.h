@@ -62,12 +62,6 @@ void kmalloc_fork_release(bool child);
 void free_nonsmall(void *p, struct slab *slab, const char *call);
 noinline cold __attribute__((noreturn)) void free_invalid(const void *p, const char *call);
 
-/* Divisibility by the stride with one multiply (Lemire's test): off is on
- * an object boundary iff off * ceil(2^64 / stride) < ceil(2^64 / stride). */
-static inline bool on_object_boundary(uint64_t stride_magic, uintptr_t off)
-{
-	return off * stride_magic < stride_magic;
-}
 
 /* The kmalloc caches have ids 0..NR_CLASSES-1, so their cpu slabs sit at
  * fixed places in every heap, and no constructor, so the free pointer is

@@ -10,6 +10,7 @@
 #include "internal.h"
 #include "options.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,9 +52,15 @@ static bool parse_long(const char *s, long *out, bool suffixes)
 	char *end;
 	long v;
 
-	if (!*s || *s == '-')
+	if (*s < '0' || *s > '9')   /* no sign, no space, at least one digit */
 		return false;
+	int saved = errno;   /* the caller's errno survives the first malloc */
+	errno = 0;
 	v = strtol(s, &end, 10);
+	bool range = errno == ERANGE;
+	errno = saved;
+	if (range || end == s)
+		return false;
 	if (suffixes && *end) {
 		long mul = (*end == 'k' || *end == 'K') ? 1l << 10 :
 			   (*end == 'm' || *end == 'M') ? 1l << 20 :

@@ -107,9 +107,11 @@ static struct huge *huge_find(uintptr_t a)
 	}
 }
 
+/* Rehash into a new table: twice the size when live entries need the
+ * room, the same size when tombstones are what filled it. */
 static bool huge_grow(void)
 {
-	size_t cap = huge_cap ? huge_cap * 2 : 256;
+	size_t cap = !huge_cap ? 256 : huge_used * 4 >= huge_cap ? huge_cap * 2 : huge_cap;
 	struct huge *tab = os_map_aligned(cap * sizeof(*tab), os_page_size()), *old = huge_tab;
 
 	if (!tab)
@@ -130,10 +132,12 @@ static bool huge_grow(void)
 	return true;
 }
 
-static bool huge_insert(const struct huge *h)
+/* force: skip the load check (a caller that has just removed an entry
+ * knows a slot is there), so re-inserting cannot fail. */
+static bool __huge_insert(const struct huge *h, bool force)
 {
 	spin_lock(&huge_lock);
-	if ((huge_used + huge_tomb + 1) * 2 > huge_cap && !huge_grow()) {
+	if (!force && (huge_used + huge_tomb + 1) * 2 > huge_cap && !huge_grow()) {
 		spin_unlock(&huge_lock);
 		return false;
 	}
@@ -148,6 +152,11 @@ static bool huge_insert(const struct huge *h)
 	atomic_long_add((long)h->map_len, &huge_bytes);
 	atomic_long_inc(&huge_count);
 	return true;
+}
+
+static bool huge_insert(const struct huge *h)
+{
+	return __huge_insert(h, false);
 }
 
 /* Remove and return the record of block a; false if a is not a huge block. */
@@ -346,19 +355,19 @@ void *kmalloc_resize(void *p, size_t n)
 		return NULL;
 	if (h.align > os_page_size() || h.map != (uintptr_t)p)
 		return NULL;
+	/* Off the table before mremap: once the block moves, another thread's
+	 * mmap may reuse address p and record it. */
+	if (!huge_remove((uintptr_t)p, &h))
+		return NULL;
 	size_t len = round_up(n, os_page_size());
 	void *q = mremap((void *)h.map, h.map_len, len, MREMAP_MAYMOVE);
-	if (q == MAP_FAILED)
-		return NULL;
-	huge_remove((uintptr_t)p, &h);
-	h.addr = h.map = (uintptr_t)q;
-	h.map_len = len;
-	if (!huge_insert(&h)) {   /* table full and cannot grow: keep it consistent */
-		os_unmap(q, len);
-		errno = ENOMEM;
-		return NULL;
+	struct huge nh = h;
+	if (q != MAP_FAILED) {
+		nh.addr = nh.map = (uintptr_t)q;
+		nh.map_len = len;
 	}
-	return q;
+	__huge_insert(&nh, true);   /* into the slot huge_remove just freed */
+	return q == MAP_FAILED ? NULL : q;
 }
 
 /* Small class for an aligned request: the first class >= n whose size is a

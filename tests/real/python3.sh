@@ -8,6 +8,9 @@ set -euo pipefail
 source "$(dirname "$0")/common.bash"
 real_init python3
 real_need python3
+# The interpreter itself, not a version manager's shim script in front of it.
+py=$(python3 -c 'import sys; print(sys.executable)')
+echo "python: $py ($("$py" --version 2>&1))"
 export PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1
 
 cat >"$REAL_TMP/data.py" <<'PY'
@@ -81,6 +84,6 @@ print("consumed", out_total)
 print("workers", out)
 PY
 
-run_both data-malloc env PYTHONMALLOC=malloc python3 "$REAL_TMP/data.py"
-run_both threads-malloc env PYTHONMALLOC=malloc python3 "$REAL_TMP/threads.py"
-run_both threads-pymalloc python3 "$REAL_TMP/threads.py"
+run_both data-malloc env PYTHONMALLOC=malloc "$py" "$REAL_TMP/data.py"
+run_both threads-malloc env PYTHONMALLOC=malloc "$py" "$REAL_TMP/threads.py"
+run_both threads-pymalloc "$py" "$REAL_TMP/threads.py"

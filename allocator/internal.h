@@ -300,6 +300,7 @@ void *os_map_aligned(size_t size, size_t align);
 void os_unmap(void *p, size_t size);
 void os_decommit(void *p, size_t size);
 size_t os_page_size(void);
+uint64_t os_now_ms(void);
 
 /* ---- segment.c ------------------------------------------------------------ */
 /* A run of nunits units, its head descriptor marked kind (cache NULL);

@@ -188,7 +188,112 @@ static bool huge_lookup(uintptr_t a, struct huge *out)
 	return h != NULL;
 }
 
-static void *huge_alloc(size_t n, size_t align)
+/* ---- recently freed huge mappings, kept for reuse --------------------------
+ * A program that churns multi-megabyte buffers would otherwise pay a munmap
+ * and a page fault per page on every cycle. Up to USLAB_DIRTY_MAX bytes of
+ * freed mappings wait here (huge_lock) for the next huge request, which
+ * trims or grows one to size; entries older than USLAB_DECAY_MS are unmapped
+ * by the next huge allocation or free, and all of them by malloc_trim. */
+#define HUGE_CACHE_SLOTS 16
+
+static struct {
+	uintptr_t map;     /* 0: empty slot */
+	size_t len;
+	uint64_t freed_ms;
+} huge_cache[HUGE_CACHE_SLOTS];
+static size_t huge_cached_bytes;
+
+/*
+ * A cached mapping made exactly len bytes long: the smallest that holds len
+ * (its tail unmapped), else the largest, grown with mremap (its pages move
+ * with it, only the new ones fault). 0 if the cache is empty or mremap fails.
+ */
+static uintptr_t huge_cache_take(size_t len)
+{
+	int best = -1;
+
+	spin_lock(&huge_lock);
+	for (int i = 0; i < HUGE_CACHE_SLOTS; i++) {
+		if (!huge_cache[i].map)
+			continue;
+		size_t l = huge_cache[i].len, b = best < 0 ? 0 : huge_cache[best].len;
+		if (best < 0 || (l >= len ? (b < len || l < b) : (b < len && l > b)))
+			best = i;
+	}
+	uintptr_t map = 0;
+	size_t have = 0;
+	if (best >= 0) {
+		map = huge_cache[best].map;
+		have = huge_cache[best].len;
+		huge_cache[best].map = 0;
+		WRITE_ONCE(huge_cached_bytes, huge_cached_bytes - have);
+	}
+	spin_unlock(&huge_lock);
+	if (!map || have == len)
+		return map;
+	if (have > len) {
+		os_unmap((void *)(map + len), have - len);
+		return map;
+	}
+	void *q = mremap((void *)map, have, len, MREMAP_MAYMOVE);
+	if (q == MAP_FAILED) {
+		os_unmap((void *)map, have);
+		return 0;
+	}
+	return (uintptr_t)q;
+}
+
+/* Unmap cached mappings freed at or before `older_than` (ms). */
+static void huge_cache_expire(uint64_t older_than)
+{
+	struct { uintptr_t map; size_t len; } victims[HUGE_CACHE_SLOTS];
+	int n = 0;
+
+	if (!READ_ONCE(huge_cached_bytes))
+		return;
+	spin_lock(&huge_lock);
+	for (int i = 0; i < HUGE_CACHE_SLOTS; i++) {
+		if (huge_cache[i].map && huge_cache[i].freed_ms <= older_than) {
+			victims[n].map = huge_cache[i].map;
+			victims[n++].len = huge_cache[i].len;
+			WRITE_ONCE(huge_cached_bytes, huge_cached_bytes - huge_cache[i].len);
+			huge_cache[i].map = 0;
+		}
+	}
+	spin_unlock(&huge_lock);
+	for (int i = 0; i < n; i++)
+		os_unmap((void *)victims[i].map, victims[i].len);
+}
+
+/* Keep a freed mapping if it fits the budget; false: the caller unmaps it. */
+static bool huge_cache_put(uintptr_t map, size_t len)
+{
+	uint64_t now = os_now_ms();
+	bool kept = false;
+
+	huge_cache_expire(now > (uint64_t)option(OPT_DECAY_MS) ? now - (uint64_t)option(OPT_DECAY_MS) : 0);
+	spin_lock(&huge_lock);
+	if (huge_cached_bytes + len <= (size_t)option(OPT_DIRTY_MAX)) {
+		for (int i = 0; i < HUGE_CACHE_SLOTS && !kept; i++) {
+			if (!huge_cache[i].map) {
+				huge_cache[i].map = map;
+				huge_cache[i].len = len;
+				huge_cache[i].freed_ms = now;
+				WRITE_ONCE(huge_cached_bytes, huge_cached_bytes + len);
+				kept = true;
+			}
+		}
+	}
+	spin_unlock(&huge_lock);
+	return kept;
+}
+
+size_t kmalloc_huge_cached_bytes(void)
+{
+	return READ_ONCE(huge_cached_bytes);
+}
+
+static void *huge_alloc(size_t n, size_t align, bool *zeroed)
 {
 	size_t page = os_page_size();
 	size_t len = round_up(n, page);
@@ -199,7 +304,11 @@ static void *huge_alloc(size_t n, size_t align)
 		errno = ENOMEM;
 		return NULL;
 	}
-	if (align <= page) {
+	*zeroed = true;
+	if (align <= page && (p = (void *)huge_cache_take(len)) != NULL) {
+		*zeroed = false;
+		align = page;
+	} else if (align <= page) {
 		p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 		if (p == MAP_FAILED) {
 			errno = ENOMEM;
@@ -252,9 +361,11 @@ void *malloc_large_or_huge(size_t n, size_t align, bool *zeroed)
 	}
 	if (n <= LARGE_MAX && align <= UNIT_SIZE)
 		return large_alloc(n, zeroed);
+	bool z = false;
+	void *p = huge_alloc(n, align, &z);
 	if (zeroed)
-		*zeroed = true;
-	return huge_alloc(n, align);
+		*zeroed = z;
+	return p;
 }
 
 noinline cold void free_invalid(const void *p, const char *call)
@@ -280,7 +391,8 @@ void free_nonsmall(void *p, struct slab *slab, const char *call)
 	}
 	if (!huge_remove((uintptr_t)p, &h))
 		free_invalid(p, call);
-	os_unmap((void *)h.map, h.map_len);
+	if (h.align > os_page_size() || !huge_cache_put(h.map, h.map_len))
+		os_unmap((void *)h.map, h.map_len);
 }
 
 /*
@@ -393,6 +505,7 @@ bool kmalloc_trim(void)
 	size_t before = segment_mapped_bytes();
 
 	size_t committed = segment_committed_bytes();
+	bool cached = kmalloc_huge_cached_bytes() != 0;
 
 	uslab_thread_flush();
 	if (smp_load_acquire(&kmalloc_ready))
@@ -400,7 +513,9 @@ bool kmalloc_trim(void)
 			cache_shrink_partial(&kmalloc_caches[i], true);
 	segment_purge_all();
 	segment_release_empty_over(0);
-	return segment_mapped_bytes() < before || segment_committed_bytes() < committed;
+	huge_cache_expire(UINT64_MAX);
+	return segment_mapped_bytes() < before || segment_committed_bytes() < committed ||
+	       cached;
 }
 
 void kmalloc_fork_prepare(void)

@@ -24,8 +24,9 @@
 	  "0 forces the striped-lock path of the double-width CAS (read by the toolkit)")    \
 	X(DECAY_MS, "USLAB_DECAY_MS", INT, 500,                                              \
 	  "free units unused this long (ms) are given back to the OS with madvise")          \
-	X(DIRTY_MAX, "USLAB_DIRTY_MAX", SIZE, 8 << 20,                                       \
-	  "free but still committed memory above this is given back at once")                \
+	X(DIRTY_MAX, "USLAB_DIRTY_MAX", SIZE, 32 << 20,                                      \
+	  "free but still committed memory (units; separately, huge mappings kept for "     \
+	  "reuse) above this is given back at once")                                         \
 	X(RESERVE_SEGMENTS, "USLAB_RESERVE_SEGMENTS", INT, 1,                                \
 	  "wholly empty 4 MiB segments kept mapped for reuse")                               \
 	X(CPU_PARTIAL, "USLAB_CPU_PARTIAL", INT, 0,                                          \

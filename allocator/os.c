@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 size_t os_page_size(void)
@@ -56,4 +57,13 @@ void os_unmap(void *p, size_t size)
 void os_decommit(void *p, size_t size)
 {
 	madvise(p, size, MADV_DONTNEED);
+}
+
+/* A cheap clock for decay decisions (the vDSO's coarse monotonic clock). */
+uint64_t os_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }

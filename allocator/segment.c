@@ -48,13 +48,7 @@ size_t segment_committed_bytes(void)
 	return segment_mapped_bytes() - (READ_ONCE(clean_free_units) << UNIT_SHIFT);
 }
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
+#define now_ms os_now_ms
 
 /* ---- segments ------------------------------------------------------------ */
 
@@ -167,13 +161,14 @@ static void units_give(struct segment *seg, unsigned first, unsigned n, bool dir
 		nr_empty_segments++;
 }
 
-/* First fit run of n free units; SEG_UNITS when there is none. */
-static unsigned find_run(const struct segment *seg, unsigned n)
+/* First fit run of n units set in map (free_map, or dirty_map for runs
+ * still committed); SEG_UNITS when there is none. */
+static unsigned find_run(const uint64_t *map, unsigned n)
 {
 	unsigned run = 0;
 
 	for (unsigned i = SEG_HDR_UNITS; i < SEG_UNITS; i++) {
-		if (!bit(seg->free_map, i)) {
+		if (!bit(map, i)) {
 			run = 0;
 			continue;
 		}
@@ -209,10 +204,18 @@ struct slab *segment_alloc_units(unsigned n, uint8_t kind, bool *zeroed)
 
 	for (;;) {
 		spin_lock(&seg_lock);
+		/* committed runs first: reusing them costs no page faults */
+		for (seg = seg_list; seg; seg = seg->next) {
+			if (seg->dirty_units < n)
+				continue;
+			first = find_run(seg->dirty_map, n);
+			if (first < SEG_UNITS)
+				goto found;
+		}
 		for (seg = seg_list; seg; seg = seg->next) {
 			if (seg->free_units < n)
 				continue;
-			first = find_run(seg, n);
+			first = find_run(seg->free_map, n);
 			if (first < SEG_UNITS)
 				goto found;
 		}
@@ -290,8 +293,9 @@ struct purge_range {
 };
 
 /* Purge dirty units of segments whose oldest dirty unit is at or before
- * `older_than` (ms; UINT64_MAX = all). Called without seg_lock. */
-static void purge(uint64_t older_than)
+ * `older_than` (ms; UINT64_MAX = all), until no more than keep_units dirty
+ * units remain. Called without seg_lock. */
+static void purge(uint64_t older_than, size_t keep_units)
 {
 	struct purge_range r[PURGE_BATCH];
 	unsigned nr;
@@ -302,7 +306,8 @@ static void purge(uint64_t older_than)
 		for (struct segment *seg = seg_list; seg && nr < PURGE_BATCH; seg = seg->next) {
 			if (!seg->dirty_units || seg->dirty_since_ms > older_than)
 				continue;
-			for (unsigned i = SEG_HDR_UNITS; i < SEG_UNITS && nr < PURGE_BATCH; i++) {
+			for (unsigned i = SEG_HDR_UNITS; i < SEG_UNITS && nr < PURGE_BATCH &&
+							 dirty_free_units > keep_units; i++) {
 				if (!bit(seg->dirty_map, i))
 					continue;
 				unsigned n = 1;
@@ -331,8 +336,12 @@ void segment_decay(void)
 
 	if (!dirty_bytes)
 		return;
-	if (decay == 0 || dirty_bytes > (size_t)option(OPT_DIRTY_MAX)) {
-		purge(UINT64_MAX);
+	if (decay == 0) {
+		purge(UINT64_MAX, 0);
+		return;
+	}
+	if (dirty_bytes > (size_t)option(OPT_DIRTY_MAX)) {   /* down to half the cap */
+		purge(UINT64_MAX, ((size_t)option(OPT_DIRTY_MAX) >> UNIT_SHIFT) / 2);
 		return;
 	}
 	uint64_t now = now_ms();
@@ -340,12 +349,12 @@ void segment_decay(void)
 		return;
 	WRITE_ONCE(last_decay_ms, now);
 	if (now > decay)
-		purge(now - decay);
+		purge(now - decay, 0);
 }
 
 void segment_purge_all(void)
 {
-	purge(UINT64_MAX);
+	purge(UINT64_MAX, 0);
 }
 
 /* Unmap wholly empty segments until at most keep remain. */

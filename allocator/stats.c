@@ -134,8 +134,10 @@ static void write_json(struct out *o)
 	out_printf(o, "{\n  \"uslab_version\": \"%d.%d\",\n  \"dwcas\": \"%s\",\n",
 		   USLAB_VERSION_MAJOR, USLAB_VERSION_MINOR, dwcas_path_name());
 	out_printf(o, "  \"mapped_bytes\": %zu,\n  \"committed_bytes\": %zu,\n"
-		      "  \"in_use_bytes\": %zu,\n  \"huge_blocks\": %zu,\n  \"huge_bytes\": %zu,\n",
-		   mi.arena, segment_committed_bytes(), mi.uordblks, mi.hblks, mi.hblkhd);
+		      "  \"in_use_bytes\": %zu,\n  \"huge_blocks\": %zu,\n  \"huge_bytes\": %zu,\n"
+		      "  \"huge_cached_bytes\": %zu,\n",
+		   mi.arena, segment_committed_bytes(), mi.uordblks, mi.hblks, mi.hblkhd,
+		   kmalloc_huge_cached_bytes());
 	out_printf(o, "  \"caches\": [");
 	caches_for_each_report(json_cache, &w);
 	out_printf(o, "\n  ]\n}\n");

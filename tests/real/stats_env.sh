@@ -1,0 +1,246 @@
+#!/usr/bin/env bash
+# stats_env.sh - the statistics options end to end, in real processes under
+# LD_PRELOAD=$USLAB_LIB (ctest sets it):
+#   USLAB_STATS=1             the table on stderr at exit (python3, and ls:
+#                             coreutils close stderr in an atexit handler)
+#   USLAB_STATS_FILE=path     valid JSON at exit, with the expected keys and a
+#                             non-empty cache array; nothing on stderr;
+#                             an unwritable path gives one message
+#   USLAB_STATS_SIGNAL=USR2   a running process writes the JSON (or, without
+#                             a file, the table) on each signal
+#   USLAB_FOO=1, bad values   one warning line each, the program still works;
+#                             tool variables (USLAB_TEST_*) are silent
+# The programs are the real python3 interpreter (not a pyenv-style shim, whose
+# helper processes would each write statistics too) and ls.
+set -euo pipefail
+
+NAME=stats_env
+fails=0
+checks=0
+bg=
+tmp=
+
+die() { echo "FAIL: $NAME: $*" >&2; exit 1; }
+ok() { checks=$((checks + 1)); echo "ok: $*"; }
+bad() {
+	checks=$((checks + 1))
+	fails=$((fails + 1))
+	echo "FAIL: $NAME: $*"
+}
+# show FILE LABEL - the head of a file, indented, after a failure
+show() { [ -s "$1" ] && { echo "  --- $2 ---"; head -n 12 "$1" | sed 's/^/  | /'; } || true; }
+
+cleanup() {
+	local rc=$?
+	[ -n "$bg" ] && kill "$bg" 2>/dev/null && wait "$bg" 2>/dev/null
+	[ -n "$tmp" ] && rm -rf "$tmp"
+	if [ "$rc" = 0 ] && [ "$fails" -gt 0 ]; then rc=1; fi
+	if [ "$rc" = 0 ]; then
+		echo "PASS: $NAME ($checks checks)"
+	else
+		echo "FAIL: $NAME ($fails of $checks checks failed, exit $rc)"
+	fi
+	exit "$rc"
+}
+trap cleanup EXIT
+
+[ -n "${USLAB_LIB:-}" ] || die "USLAB_LIB is not set (ctest sets it to the path of libuslab.so)"
+[ -f "$USLAB_LIB" ] || die "USLAB_LIB=$USLAB_LIB does not exist"
+USLAB_LIB=$(readlink -f "$USLAB_LIB")
+unset LD_PRELOAD USLAB_STATS USLAB_STATS_FILE USLAB_STATS_SIGNAL
+if ! command -v python3 >/dev/null 2>&1; then
+	echo "SKIP: $NAME: python3 is not installed"
+	trap - EXIT
+	exit 0
+fi
+PY=$(python3 -c 'import sys; print(sys.executable)')
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/uslab-stats-env.XXXXXX")
+echo "== $NAME: LD_PRELOAD=$USLAB_LIB, python $PY"
+
+# Enough malloc traffic (blocks above pymalloc's 512-byte limit) to fill caches.
+WORK='x = [bytes(600 + i % 3000) for i in range(20000)]; del x[::2]; print("hello")'
+
+# json_ok FILE - FILE is valid JSON with uslab's top-level keys and caches.
+json_ok() {
+	"$PY" - "$1" <<'PY'
+import json, sys
+try:
+    d = json.load(open(sys.argv[1]))
+except Exception as e:
+    sys.exit("not valid JSON: %s" % e)
+top = {"uslab_version", "dwcas", "mapped_bytes", "committed_bytes", "in_use_bytes",
+       "huge_blocks", "huge_bytes", "caches"}
+if top - set(d):
+    sys.exit("top-level keys %s lack %s" % (sorted(d), sorted(top - set(d))))
+c = d["caches"]
+if not isinstance(c, list) or not c:
+    sys.exit("caches is not a non-empty array")
+need = {"name", "object_size", "objects_per_slab", "slabs", "live_objects", "memory_bytes",
+        "waste_bytes", "alloc_fast", "alloc_slow", "free_fast", "free_local", "free_remote",
+        "new_slab", "slab_freed"}
+for e in c:
+    if need - set(e):
+        sys.exit("cache %s lacks %s" % (e.get("name"), sorted(need - set(e))))
+    if e["slabs"] != e["new_slab"] - e["slab_freed"]:
+        sys.exit("cache %s: slabs %d != new_slab - slab_freed" % (e["name"], e["slabs"]))
+if not any(e["name"].startswith("kmalloc-") for e in c):
+    sys.exit("no kmalloc cache")
+print("%d caches, %d bytes mapped" % (len(c), d["mapped_bytes"]))
+PY
+}
+
+# is_table FILE - FILE holds exactly one statistics table with kmalloc rows.
+is_table() {
+	[ "$(grep -c '^uslab statistics (dwcas: ' "$1")" = 1 ] &&
+		grep -qE '^cache +objsize ' "$1" &&
+		grep -qE '^kmalloc-[0-9]+ +[0-9]+ ' "$1"
+}
+
+# ---- USLAB_STATS=1 ---------------------------------------------------------------
+out=$tmp/stats.out err=$tmp/stats.err
+env LD_PRELOAD="$USLAB_LIB" USLAB_STATS=1 "$PY" -c "$WORK" >"$out" 2>"$err" || bad "python3 failed with USLAB_STATS=1"
+if [ "$(cat "$out")" = hello ] && is_table "$err"; then
+	ok "USLAB_STATS=1: python3 printed the table on stderr ($(grep -c '^kmalloc-' "$err") kmalloc rows)"
+else
+	bad "USLAB_STATS=1: no table (or not exactly one) on python3's stderr"
+	show "$err" stderr
+fi
+
+env LD_PRELOAD="$USLAB_LIB" "$PY" -c "$WORK" >"$out" 2>"$err"
+if [ -s "$err" ]; then
+	bad "without options, python3 wrote to stderr"
+	show "$err" stderr
+else
+	ok "no options: nothing on stderr"
+fi
+
+# coreutils close stdout and stderr in an atexit handler, which runs before the
+# library's destructor: the table must still appear.
+if env LD_PRELOAD="$USLAB_LIB" USLAB_STATS=1 ls -R /usr/share >/dev/null 2>"$err" && is_table "$err"; then
+	ok "USLAB_STATS=1: ls printed the table"
+else
+	bad "USLAB_STATS=1: ls printed no table (its atexit close_stdout closes fd 2 before uslab's destructor writes)"
+	show "$err" stderr
+fi
+
+# ---- USLAB_STATS_FILE ---------------------------------------------------------------
+f=$tmp/stats.json
+env LD_PRELOAD="$USLAB_LIB" USLAB_STATS_FILE="$f" "$PY" -c "$WORK" >"$out" 2>"$err" || bad "python3 failed with USLAB_STATS_FILE"
+if [ ! -s "$f" ]; then
+	bad "USLAB_STATS_FILE: $f was not written"
+elif ! "$PY" -m json.tool "$f" >/dev/null 2>"$tmp/jt.err"; then
+	bad "USLAB_STATS_FILE: python3 -m json.tool rejects it: $(head -n1 "$tmp/jt.err")"
+elif msg=$(json_ok "$f" 2>&1); then
+	ok "USLAB_STATS_FILE: valid JSON, $msg"
+else
+	bad "USLAB_STATS_FILE: $msg"
+fi
+if [ -s "$err" ]; then
+	bad "USLAB_STATS_FILE alone must not print on stderr"
+	show "$err" stderr
+else
+	ok "USLAB_STATS_FILE alone: nothing on stderr"
+fi
+
+env LD_PRELOAD="$USLAB_LIB" USLAB_STATS_FILE=/nonexistent/dir/s.json "$PY" -c 'print(1)' >"$out" 2>"$err" ||
+	bad "python3 failed with an unwritable USLAB_STATS_FILE"
+if [ "$(cat "$out")" = 1 ] && [ "$(wc -l <"$err")" = 1 ] && grep -q '^uslab: .*/nonexistent/dir/s.json' "$err"; then
+	ok "unwritable USLAB_STATS_FILE: one message, program fine"
+else
+	bad "unwritable USLAB_STATS_FILE: want one 'uslab:' line naming the path"
+	show "$err" stderr
+fi
+
+# ---- USLAB_STATS_SIGNAL -----------------------------------------------------------------
+# A process that allocates in a loop (for at most 30 s) and says when it runs.
+LOOP='
+import sys, time
+print("ready", flush=True)
+end = time.time() + 30
+n = 0
+while time.time() < end:
+    x = [bytes(700 + i % 2000) for i in range(2000)]
+    n += 1
+'
+# start_loop ENV... - run the loop in the background with the preload; wait for it.
+start_loop() {
+	env LD_PRELOAD="$USLAB_LIB" "$@" "$PY" -c "$LOOP" >"$tmp/loop.out" 2>"$tmp/loop.err" &
+	bg=$!
+	for _ in $(seq 100); do
+		grep -q ready "$tmp/loop.out" 2>/dev/null && return 0
+		sleep 0.1
+	done
+	bad "the allocating loop did not start"
+	return 1
+}
+stop_loop() {
+	kill "$bg" 2>/dev/null || true
+	wait "$bg" 2>/dev/null || true
+	bg=
+}
+# wait_for CMD... - retry for up to 5 s
+wait_for() {
+	for _ in $(seq 50); do
+		"$@" >/dev/null 2>&1 && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+f=$tmp/signal.json
+if start_loop USLAB_STATS_SIGNAL=USR2 USLAB_STATS_FILE="$f"; then
+	sleep 0.3
+	if [ -e "$f" ]; then
+		bad "USLAB_STATS_SIGNAL: the file exists before any signal"
+	fi
+	kill -USR2 "$bg"
+	if wait_for json_ok "$f"; then
+		ok "USLAB_STATS_SIGNAL=USR2: the running process wrote valid JSON ($(json_ok "$f"))"
+		cp "$f" "$tmp/first.json"
+		sleep 0.2
+		kill -USR2 "$bg"
+		if wait_for bash -c "! cmp -s '$f' '$tmp/first.json' && [ -s '$f' ]" && wait_for json_ok "$f"; then
+			ok "USLAB_STATS_SIGNAL=USR2: a second signal wrote a new dump"
+		else
+			bad "USLAB_STATS_SIGNAL=USR2: no new dump after a second signal"
+		fi
+	else
+		bad "USLAB_STATS_SIGNAL=USR2: no valid JSON in $f 5 s after the signal"
+		show "$tmp/loop.err" "loop stderr"
+	fi
+	kill -0 "$bg" 2>/dev/null && ok "the process survived both signals" ||
+		bad "the process died from the signal"
+	stop_loop
+fi
+
+if start_loop USLAB_STATS_SIGNAL=SIGUSR1; then
+	kill -USR1 "$bg"
+	if wait_for is_table "$tmp/loop.err"; then
+		ok "USLAB_STATS_SIGNAL=SIGUSR1 without a file: the table on stderr"
+	else
+		bad "USLAB_STATS_SIGNAL=SIGUSR1 without a file: no table on stderr"
+		show "$tmp/loop.err" "loop stderr"
+	fi
+	stop_loop
+fi
+
+# ---- unknown names, bad values, tool variables -------------------------------------------
+# warns NAME EXPECT ENV... - python3 still works; stderr is exactly EXPECT
+warns() {
+	local what=$1 expect=$2
+	shift 2
+	env LD_PRELOAD="$USLAB_LIB" "$@" "$PY" -c 'print(sum(range(10)))' >"$out" 2>"$err" || true
+	if [ "$(cat "$out")" = 45 ] && [ "$(cat "$err")" = "$expect" ]; then
+		ok "$what"
+	else
+		bad "$what: stdout '$(cat "$out")', stderr not as expected"
+		echo "  want: ${expect:-(nothing)}"
+		show "$err" stderr
+	fi
+}
+warns "USLAB_FOO=1: one warning line, program works" \
+	"uslab: warning: unknown option 'USLAB_FOO=1' ignored" USLAB_FOO=1
+warns "USLAB_DECAY_MS=soon: one warning line, program works" \
+	"uslab: warning: bad value in 'USLAB_DECAY_MS=soon' ignored" USLAB_DECAY_MS=soon
+warns "USLAB_TEST_X, USLAB_STRESS_X, USLAB_BENCH_X, USLAB_LIB: silent" "" \
+	USLAB_TEST_X=1 USLAB_STRESS_X=2 USLAB_BENCH_X=3 USLAB_LIB="$USLAB_LIB"

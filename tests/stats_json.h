@@ -1,0 +1,117 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * stats_json.h - read uslab_stats_json() back, for the statistics tests.
+ *
+ * Not a JSON parser: it knows the shape stats.c writes (one cache object per
+ * line, numbers as plain integers) and looks keys up by text, which is all
+ * a test needs and keeps the test independent of the writer's code.
+ *
+ *   char *j = stats_json_dump();                 the current JSON (free() it)
+ *   long v = stats_json_top(j, "mapped_bytes");  a top-level number
+ *   struct stats_obj c;
+ *   stats_json_cache(j, "kmalloc-64", &c);       one cache's object
+ *   long n = stats_obj_get(&c, "alloc_fast");    a number in it
+ * A missing key reads as STATS_MISSING.
+ */
+#ifndef USLAB_TEST_STATS_JSON_H
+#define USLAB_TEST_STATS_JSON_H
+
+#include "uslab.h"
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STATS_MISSING LONG_MIN
+
+static inline char *stats_json_dump(void)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+
+	if (!f)
+		return NULL;
+	uslab_stats_json(f);
+	fclose(f);
+	return buf;
+}
+
+static inline char *stats_table_dump(void)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+
+	if (!f)
+		return NULL;
+	uslab_stats_print(f);
+	fclose(f);
+	return buf;
+}
+
+/* The number after "key": in [p, end); STATS_MISSING if absent. */
+static inline long stats_find_number(const char *p, const char *end, const char *key)
+{
+	char pat[96];
+	size_t n = (size_t)snprintf(pat, sizeof(pat), "\"%s\": ", key);
+
+	for (const char *q = p; q && q + n <= end; q++) {
+		q = strstr(q, pat);
+		if (!q || q + n > end)
+			break;
+		/* a key, not the tail of a longer key or a string value */
+		if (q > p && (q[-1] == ' ' || q[-1] == '{' || q[-1] == '\n'))
+			return strtol(q + n, NULL, 10);
+	}
+	return STATS_MISSING;
+}
+
+static inline long stats_json_top(const char *json, const char *key)
+{
+	const char *caches = strstr(json, "\"caches\"");
+
+	return stats_find_number(json, caches ? caches : json + strlen(json), key);
+}
+
+struct stats_obj {
+	const char *begin, *end;   /* the cache's {...} */
+};
+
+/* Find the cache object whose "name" is exactly the JSON string name_json
+ * (already escaped as it should appear between the quotes). */
+static inline bool stats_json_cache(const char *json, const char *name_json,
+				    struct stats_obj *o)
+{
+	char pat[160];
+	const char *p;
+
+	snprintf(pat, sizeof(pat), "{\"name\": \"%s\",", name_json);
+	p = strstr(json, pat);
+	if (!p)
+		return false;
+	o->begin = p;
+	o->end = strchr(p, '}');
+	return o->end != NULL;
+}
+
+static inline long stats_obj_get(const struct stats_obj *o, const char *key)
+{
+	return stats_find_number(o->begin, o->end, key);
+}
+
+/* Sum of the counters by which objects are freed. */
+static inline long stats_obj_frees(const struct stats_obj *o)
+{
+	return stats_obj_get(o, "free_fast") + stats_obj_get(o, "free_local") +
+	       stats_obj_get(o, "free_remote");
+}
+
+static inline long stats_obj_allocs(const struct stats_obj *o)
+{
+	return stats_obj_get(o, "alloc_fast") + stats_obj_get(o, "alloc_slow");
+}
+
+#endif

@@ -48,6 +48,7 @@ static uint64_t cache_ids[MAX_CACHES / 64];
 
 static void heap_thread_exit(void *arg);
 static void cpu_slab_flush(struct uslab_cache *s, struct cpu_slab *c);
+static void cpu_partial_put(struct uslab_cache *s, struct cpu_slab *c, struct slab *slab);
 
 static void heap_key_create(void)
 {
@@ -210,31 +211,88 @@ static void slab_release(struct uslab_cache *s, struct slab *slab, void *chain)
 
 /*
  * Statistics of the fast paths, which count nothing themselves: everything
- * the slow path supplied to the cpu freelist, plus what cache-API fast
- * frees pushed there, minus what is still on it, was allocated fast.
+ * the slow path supplied to the cpu freelist, plus what frees pushed there,
+ * minus what left it without being allocated (removed) and what is still on
+ * it (remaining, which becomes the next round's supply), was allocated fast.
  */
-static void cpu_stats_fold(struct uslab_cache *s, struct cpu_slab *c, unsigned left)
+static void cpu_stats_fold(struct uslab_cache *s, struct cpu_slab *c, unsigned removed,
+			   unsigned remaining)
 {
-	long fast = (long)c->supplied + (long)c->fast_frees - (long)left;
+	long fast = (long)c->supplied + (long)c->fast_frees - (long)removed - (long)remaining;
 
 	if (fast)
 		stat_add(s, STAT_ALLOC_FAST, fast);
 	if (c->fast_frees)
 		stat_add(s, STAT_FREE_FAST, (long)c->fast_frees);
-	c->supplied = 0;
+	c->supplied = remaining;
 	c->fast_frees = 0;
+}
+
+/*
+ * malloc's frees of objects from slabs this thread does not own go on its
+ * cpu freelist (no atomic), to be allocated again here; the freelist then
+ * holds objects of other slabs too ("foreign"), at most foreign_max pushed
+ * since it was last empty. This gives them back to their slabs: runs of
+ * neighbours from one slab with one dwcas each. The active slab's objects
+ * stay on the list.
+ */
+static void flush_foreign(struct uslab_cache *s, struct cpu_slab *c)
+{
+	void *keep = NULL, **link = &keep;
+	struct slab *run = NULL;
+	void *head = NULL, *tail = NULL;
+	unsigned cnt = 0, kept = 0, gone = 0;
+
+	for (void *p = c->freelist, *next; p; p = next) {
+		next = fp_get(s, p);
+		if ((uintptr_t)p - c->base < c->span) {
+			*link = p;
+			link = (void **)((char *)p + s->fp_offset);
+			kept++;
+			continue;
+		}
+		struct slab *slab = ptr_to_slab(p);
+		if (slab != run && run) {
+			if (__slab_free(s, run, head, tail, cnt, true))
+				cpu_partial_put(s, c, run);
+			gone += cnt;
+			run = NULL;
+		}
+		if (!run) {
+			run = slab;
+			head = tail = p;
+			cnt = 1;
+		} else {
+			fp_set(s, p, head);
+			head = p;
+			cnt++;
+		}
+	}
+	*link = NULL;
+	if (run) {
+		if (__slab_free(s, run, head, tail, cnt, true))
+			cpu_partial_put(s, c, run);
+		gone += cnt;
+	}
+	stat_add(s, STAT_FOREIGN_FLUSHED, gone);   /* counted as frees when pushed */
+	cpu_stats_fold(s, c, gone, kept);
+	c->freelist = keep;
+	c->foreign_left = s->foreign_max;
 }
 
 /* Give up the active slab: splice the private chain back and unfreeze. */
 static void cpu_slab_deactivate(struct uslab_cache *s, struct cpu_slab *c)
 {
 	struct slab *slab = c->slab;
-	void *chain = c->freelist;
+	void *chain;
 	unsigned left = 0;
 
+	if (c->foreign_left < s->foreign_max)   /* foreign objects may be on the list */
+		flush_foreign(s, c);
+	chain = c->freelist;
 	for (void *p = chain; p; p = fp_get(s, p))
 		left++;
-	cpu_stats_fold(s, c, left);
+	cpu_stats_fold(s, c, left, 0);
 	if (!slab)
 		return;
 	c->slab = NULL;
@@ -305,7 +363,9 @@ void *cache_alloc_slow(struct uslab_cache *s)
 
 	if (unlikely(READ_ONCE(stats_pending)))
 		stats_poll();
-	if (unlikely(!s->objects)) {   /* a static kmalloc cache before first use */
+	/* acquire: pairs with cache_setup's release of objects, so a kmalloc
+	 * cache is used only once its id, chunk and cpu_offset are visible */
+	if (unlikely(!smp_load_acquire(&s->objects))) {   /* static kmalloc cache */
 		if (!kmalloc_init())
 			return NULL;
 		return cache_alloc_fast(s);
@@ -318,7 +378,8 @@ void *cache_alloc_slow(struct uslab_cache *s)
 	stat_add(s, STAT_ALLOC_SLOW, 1);
 	if (c->freelist)
 		goto pop;
-	cpu_stats_fold(s, c, 0);
+	c->foreign_left = s->foreign_max;   /* every foreign object has been reused */
+	cpu_stats_fold(s, c, 0, 0);
 	if (c->slab) {
 		/* owner-local and remote frees to the active slab first */
 		freelist = slab_take_private(s, c->slab, &count);
@@ -380,6 +441,7 @@ static noinline void free_remote(struct uslab_cache *s, struct slab *slab, void 
 {
 	struct cpu_slab *c = cpu_slab_get(s);
 
+	stat_add(s, STAT_FREE_REMOTE, 1);
 	if (__slab_free(s, slab, obj, obj, 1, c != NULL))
 		cpu_partial_put(s, c, slab);
 }
@@ -407,6 +469,27 @@ free_local_or_remote(struct uslab_cache *s, struct slab *slab, void *obj)
 void slab_free_slow(struct uslab_cache *s, struct slab *slab, void *obj)
 {
 	free_local_or_remote(s, slab, obj);
+}
+
+/* malloc's free of an object of a slab another thread (or none) owns: onto
+ * this thread's cpu freelist for reuse (see flush_foreign). */
+void slab_free_cached(struct uslab_cache *s, struct slab *slab, void *obj)
+{
+	struct cpu_slab *c = cpu_slab_get(s);
+
+	if (unlikely(!c)) {
+		stat_add(s, STAT_FREE_REMOTE, 1);
+		__slab_free(s, slab, obj, obj, 1, false);
+		return;
+	}
+	if (unlikely(obj == c->freelist))
+		uslab_fatal("free", obj, "double free");
+	if (!c->foreign_left)   /* budget spent, or a new cpu slab */
+		flush_foreign(s, c);
+	c->foreign_left--;
+	fp_set(s, obj, c->freelist);
+	c->freelist = obj;
+	c->fast_frees++;
 }
 
 /*
@@ -486,6 +569,7 @@ USLAB_API void uslab_cache_free_bulk(struct uslab_cache *cache, size_t n, void *
 			head = objs[i];
 		}
 		c = cpu_slab_get(cache);
+		stat_add(cache, STAT_FREE_REMOTE, cnt);
 		if (__slab_free(cache, slab, head, tail, cnt, c != NULL))
 			cpu_partial_put(cache, c, slab);
 	}
@@ -498,7 +582,7 @@ static unsigned ilog2(size_t x)
 
 /* Slab size: the fewest units (a power of two) with <= 1/8 tail waste and
  * enough objects per slab to keep slow paths rare. */
-static void calculate_units(struct uslab_cache *s)
+static uint32_t calculate_units(struct uslab_cache *s)
 {
 	unsigned want = s->stride <= 256 ? 16 : s->stride <= 4096 ? 8 : 4;
 
@@ -511,8 +595,7 @@ static void calculate_units(struct uslab_cache *s)
 		bool waste_ok = bytes - objs * s->stride <= bytes / 8;
 		if ((objs >= want && waste_ok) || u == SLAB_MAX_UNITS) {
 			s->units = u;
-			s->objects = (uint32_t)objs;
-			return;
+			return (uint32_t)objs;
 		}
 	}
 }
@@ -580,7 +663,9 @@ int cache_setup(struct uslab_cache *s, const char *name, size_t size, size_t ali
 		slot = sizeof(void *);
 	s->stride = (uint32_t)round_up(slot, align);
 	s->stride_magic = UINT64_MAX / s->stride + 1;
-	calculate_units(s);
+	uint32_t objects = calculate_units(s);
+	s->foreign_max = (64u << 10) / s->stride;
+	s->foreign_max = s->foreign_max < 16 ? 16 : s->foreign_max > 1024 ? 1024 : s->foreign_max;
 	s->min_partial = ilog2(s->stride) / 2;
 	s->min_partial = s->min_partial < 5 ? 5 : s->min_partial > 10 ? 10 : s->min_partial;
 	s->cpu_partial = option(OPT_CPU_PARTIAL) > 0 ? (unsigned)option(OPT_CPU_PARTIAL) :
@@ -597,6 +682,8 @@ int cache_setup(struct uslab_cache *s, const char *name, size_t size, size_t ali
 		s->cpu_offset = (uint32_t)(id % CPU_CHUNK) * sizeof(struct cpu_slab);
 		s->next = caches;
 		caches = s;
+		/* last: cache_alloc_slow's acquire of objects sees the whole setup */
+		smp_store_release(&s->objects, objects);
 	}
 	qrw_write_unlock(&cache_registry);
 	return id < 0 ? ENOMEM : 0;
@@ -763,16 +850,24 @@ struct validate {
 		(v)->problems++;                                                    \
 	} while (0)
 
-/* Walk one chain, marking objects in seen[]; returns its length. */
+/* Walk one chain, marking objects in seen[]; returns its length. A cpu
+ * freelist (foreign_ok) may hold other slabs' objects: those are skipped. */
 static unsigned walk_chain(struct validate *v, struct slab *slab, void *p, uint64_t *seen,
-			   const char *which)
+			   const char *which, bool foreign_ok)
 {
 	struct uslab_cache *s = v->s;
-	unsigned n = 0;
+	unsigned n = 0, steps = 0;
 
 	for (; p; p = fp_get(s, p)) {
 		uintptr_t off = (uintptr_t)p - slab->base;
 
+		if (foreign_ok && off >= (uintptr_t)s->objects * s->stride) {
+			if (++steps > 1u << 24) {
+				VPROBLEM(v, slab, "%s freelist does not end", which);
+				break;
+			}
+			continue;
+		}
 		if (off >= (uintptr_t)s->objects * s->stride || off % s->stride) {
 			VPROBLEM(v, slab, "%s freelist leaves the slab at %p", which, p);
 			break;
@@ -805,7 +900,7 @@ static void validate_slab(struct slab *slab, void *arg)
 
 	if (objects != s->objects)
 		VPROBLEM(v, slab, "objects %u, the cache says %u", objects, s->objects);
-	unsigned shared = walk_chain(v, slab, (void *)w.lo, seen, "shared");
+	unsigned shared = walk_chain(v, slab, (void *)w.lo, seen, "shared", false);
 	if (inuse + shared != objects)
 		VPROBLEM(v, slab, "inuse %u + free %u != objects %u", inuse, shared, objects);
 
@@ -816,12 +911,12 @@ static void validate_slab(struct slab *slab, void *arg)
 		VPROBLEM(v, slab, "owned by a thread but not frozen");
 	if (!frozen && slab->local_free)
 		VPROBLEM(v, slab, "unfrozen with an owner-local freelist");
-	unsigned priv = walk_chain(v, slab, slab->local_free, seen, "owner-local");
+	unsigned priv = walk_chain(v, slab, slab->local_free, seen, "owner-local", false);
 	if (owner && owner->chunk[s->chunk] != empty_chunk) {
 		struct cpu_slab *c = heap_cpu_slab(owner, s);
 		active = c->slab == slab;
 		if (active)
-			priv += walk_chain(v, slab, c->freelist, seen, "private");
+			priv += walk_chain(v, slab, c->freelist, seen, "private", true);
 		if (!active) {
 			bool listed = false;
 			for (struct slab *p = c->partial; p; p = p->next)

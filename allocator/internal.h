@@ -147,8 +147,10 @@ struct cpu_slab {
 	unsigned nr_partial;
 	/* statistics, owner-only, folded into the cache's at each refill: */
 	uint32_t supplied;             /* objects the slow path put on freelist */
-	uint64_t fast_frees;           /* cache-API frees pushed on freelist */
-	uint64_t pad;
+	uint64_t fast_frees;           /* frees pushed on freelist (cache API, foreign) */
+	uint32_t foreign_left;         /* malloc: other slabs' objects it may still take
+					  before a flush (0 in empty_heap: always slow) */
+	uint32_t pad;
 };
 _Static_assert(sizeof(struct cpu_slab) == 64, "one cpu slab per cache line");
 
@@ -175,6 +177,7 @@ struct uslab_cache {
 	unsigned flags;
 	unsigned id;
 	unsigned min_partial;          /* empty slabs kept on the partial list */
+	unsigned foreign_max;          /* malloc: other threads' objects a thread caches */
 	unsigned cpu_partial;          /* frozen slabs a thread may hold back */
 	void (*ctor)(void *);
 
@@ -371,6 +374,7 @@ void caches_unlock_all(bool child);
 void *cache_alloc_slow(struct uslab_cache *s);
 void cache_free_slow(struct uslab_cache *s, void *obj);
 void slab_free_slow(struct uslab_cache *s, struct slab *slab, void *obj);
+void slab_free_cached(struct uslab_cache *s, struct slab *slab, void *obj);
 noinline void kfree_slow(void *p, const char *call);
 noinline cold __attribute__((noreturn)) void uslab_fatal(const char *call, const void *p, const char *what);
 

@@ -88,9 +88,13 @@ static inline void *kmalloc(size_t n)
 	return cache_alloc_slow(&kmalloc_caches[off >> CPU_SLAB_SHIFT]);
 }
 
-/* The fast path takes only "a kmalloc object of a slab this thread owns"
- * (kfree_magic is 0 for every other slab); kfree_slow looks again and tells
- * remote, large, huge, cache-API and bad pointers apart. */
+/*
+ * The fast path takes a valid kmalloc object (kfree_magic is 0 for every
+ * other slab) of a slab this thread owns — onto the slab's owner-local list —
+ * or of another thread's slab, onto this thread's cpu freelist for the class
+ * while its foreign budget lasts (a thread without a heap has none). Neither
+ * is an atomic. kfree_slow looks again and tells everything else apart.
+ */
 static inline void kfree(void *p, const char *call)
 {
 	uintptr_t seg = (uintptr_t)p & ~(SEG_SIZE - 1);
@@ -99,12 +103,25 @@ static inline void kfree(void *p, const char *call)
 		struct slab *slab = segment_desc_head(seg, p);
 		uintptr_t off = (uintptr_t)p - slab->base;
 
-		if (likely(off * slab->kfree_magic < slab->kfree_limit &&
-			   READ_ONCE(slab->owner) == tls_heap && p != slab->local_free)) {
-			*(void **)p = slab->local_free;   /* kmalloc: free pointer at 0 */
-			slab->local_free = p;
-			slab->local_count++;
-			return;
+		if (likely(off * slab->kfree_magic < slab->kfree_limit)) {
+			if (likely(READ_ONCE(slab->owner) == tls_heap)) {
+				if (likely(p != slab->local_free)) {
+					*(void **)p = slab->local_free;   /* free pointer at 0 */
+					slab->local_free = p;
+					slab->local_count++;
+					return;
+				}
+			} else {
+				struct cpu_slab *c = (struct cpu_slab *)((char *)tls_heap->chunk0 +
+									 slab->cache->cpu_offset);
+				if (likely(c->foreign_left && p != c->freelist)) {
+					c->foreign_left--;
+					*(void **)p = c->freelist;
+					c->freelist = p;
+					c->fast_frees++;
+					return;
+				}
+			}
 		}
 	}
 	kfree_slow(p, call);

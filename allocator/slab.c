@@ -239,7 +239,6 @@ bool __slab_free(struct uslab_cache *s, struct slab *slab, void *head, void *tai
 			break;
 		stat_add(s, STAT_DWCAS_RETRY, 1);
 	}
-	stat_add(s, STAT_FREE_REMOTE, cnt);
 	if (!locked)
 		return frozen && !was_frozen;
 

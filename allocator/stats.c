@@ -106,8 +106,31 @@ struct json_walk {
 	int n;
 };
 
+/* A cache name as a JSON string body: quotes, backslashes and control
+ * characters escaped (names come from uslab_cache_create callers). */
+static const char *json_escape(const char *in, char *out, size_t size)
+{
+	size_t o = 0;
+
+	for (; *in && o + 7 < size; in++) {
+		unsigned char ch = (unsigned char)*in;
+
+		if (ch == '"' || ch == '\\') {
+			out[o++] = '\\';
+			out[o++] = (char)ch;
+		} else if (ch < 0x20) {
+			o += (size_t)snprintf(out + o, size - o, "\\u%04x", ch);
+		} else {
+			out[o++] = (char)ch;
+		}
+	}
+	out[o] = 0;
+	return out;
+}
+
 static void json_cache(const struct cache_report *r, void *arg)
 {
+	char name[6 * sizeof(((struct uslab_cache *)0)->name) + 1];
 	struct json_walk *w = arg;
 	struct out *o = w->o;
 	size_t memory = r->slabs * r->slab_bytes;
@@ -117,7 +140,8 @@ static void json_cache(const struct cache_report *r, void *arg)
 		      "\"objects_per_slab\": %zu, \"slab_bytes\": %zu, \"slabs\": %zu, "
 		      "\"partial_slabs\": %zu, \"live_objects\": %ld, \"memory_bytes\": %zu, "
 		      "\"used_bytes\": %zu, \"waste_bytes\": %zu",
-		   w->n++ ? "," : "", r->name, r->size, r->object_size, r->objects_per_slab,
+		   w->n++ ? "," : "", json_escape(r->name, name, sizeof(name)), r->size,
+		   r->object_size, r->objects_per_slab,
 		   r->slab_bytes, r->slabs, r->partial_slabs, r->live_objects, memory, used,
 		   memory > used ? memory - used : 0);
 #define X(id, name, doc) out_printf(o, ", \"" name "\": %ld", r->stat[STAT_##id]);
@@ -160,18 +184,22 @@ USLAB_API void uslab_stats_json(FILE *f)
 	fflush(f);
 }
 
+/* stderr as it was at start-up: a program may close fd 2 in an atexit
+ * handler (coreutils' close_stdout), which runs before our destructor. */
+static int stats_fd = 2;
+
 /* JSON to USLAB_STATS_FILE (replaced whole), else the table on stderr. */
 static void stats_dump(bool table_too)
 {
 	const char *path = option_str(OPT_STATS_FILE);
-	struct out o = { .fd = 2 };
+	struct out o = { .fd = stats_fd };
 
 	if (table_too || !path)
 		write_table(&o);
 	if (path) {
 		o.fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 		if (o.fd < 0) {
-			struct out e = { .fd = 2 };
+			struct out e = { .fd = stats_fd };
 			out_printf(&e, "uslab: cannot write statistics to %s\n", path);
 			out_flush(&e);
 			return;
@@ -199,6 +227,12 @@ void stats_init(void)
 {
 	int sig = (int)option(OPT_STATS_SIGNAL);
 
+	if (option(OPT_STATS) || sig > 0 || option_str(OPT_STATS_FILE)) {
+		int fd = fcntl(2, F_DUPFD_CLOEXEC, 100);   /* high: out of the program's way */
+
+		if (fd >= 0)
+			stats_fd = fd;
+	}
 	if (sig > 0) {
 		struct sigaction sa;
 

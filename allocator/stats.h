@@ -16,9 +16,11 @@
 #define USLAB_CACHE_STATS(X)                                                            \
 	X(ALLOC_FAST, "alloc_fast", "allocations from the thread's private freelist")      \
 	X(ALLOC_SLOW, "alloc_slow", "allocations through the slow path")                   \
-	X(FREE_FAST, "free_fast", "cache-API frees onto the active slab's private list")   \
+	X(FREE_FAST, "free_fast", "frees onto the thread's private list (cache API: active "  \
+	  "slab; malloc: objects of slabs the thread does not own)")                         \
 	X(FREE_LOCAL, "free_local", "frees into a slab the thread froze (no atomic)")      \
 	X(FREE_REMOTE, "free_remote", "frees by dwcas into a slab of another thread/none") \
+	X(FOREIGN_FLUSHED, "foreign_flushed", "cached frees given back to their slabs (dwcas)") \
 	X(REFILL_LOCAL, "refill_local", "refills from a slab's owner-local list")           \
 	X(REFILL_REMOTE, "refill_remote", "refills taking the active slab's remote frees") \
 	X(REFILL_CPU_PARTIAL, "refill_cpu_partial", "refills from the cpu-partial list")   \

@@ -28,6 +28,7 @@
 #include "dwcas.h"
 #include "spinlock.h"
 #include "kref.h"
+#include "biased.h"
 #include "qrwlock.h"
 #include "stats.h"
 
@@ -126,6 +127,10 @@ _Static_assert(sizeof(struct slab) == 128, "descriptors are two cache lines (ptr
 struct segment {
 	uint64_t magic;
 	struct segment *next, *prev;   /* all segments, under seg_lock */
+	/* runs handed out, and "being released" as the biased flag: the flag is
+	 * set only while no run is out, and a segment with it set hands out
+	 * nothing. Kept beside free_units (the unit-level view) as a cross-check. */
+	struct biased users;
 	unsigned free_units;
 	unsigned dirty_units;
 	uint64_t dirty_since_ms;             /* when the oldest dirty unit was freed */

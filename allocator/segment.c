@@ -183,6 +183,8 @@ static struct slab *run_claim(struct segment *seg, unsigned first, unsigned n, u
 {
 	struct slab *head = &seg->desc[first];
 
+	if (unlikely(!biased_try_get(&seg->users)))
+		uslab_fatal("malloc", seg, "internal error: run from a segment being released");
 	units_take(seg, first, n, zeroed);
 	head->nunits = (uint16_t)n;
 	head->kfree_magic = head->kfree_limit = 0;
@@ -267,6 +269,7 @@ void segment_free_units(struct slab *head)
 		WRITE_ONCE(seg->desc[i].head, &free_unit_desc);
 	}
 	units_give(seg, first, n, true);
+	biased_dec_return(&seg->users);
 	bool empty = seg->free_units == SEG_UNITS - SEG_HDR_UNITS;
 	spin_unlock(&seg_lock);
 	if (empty)
@@ -367,6 +370,9 @@ void segment_release_empty_over(unsigned keep)
 		next = seg->next;
 		if (seg->free_units != SEG_UNITS - SEG_HDR_UNITS)
 			continue;
+		/* every unit free must mean no run out: the flag goes on only then */
+		if (unlikely(!biased_try_set_flag(&seg->users)))
+			uslab_fatal("free", seg, "internal error: empty segment with runs out");
 		seg_list_del(seg);
 		nr_empty_segments--;
 		WRITE_ONCE(dirty_free_units, dirty_free_units - seg->dirty_units);

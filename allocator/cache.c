@@ -458,9 +458,7 @@ free_local_or_remote(struct uslab_cache *s, struct slab *slab, void *obj)
 	if (READ_ONCE(slab->owner) == tls_heap) {
 		if (unlikely(obj == slab->local_free))
 			uslab_fatal("free", obj, "double free");
-		fp_set(s, obj, slab->local_free);
-		slab->local_free = obj;
-		slab->local_count++;
+		slab_local_push(slab, obj, s->fp_offset);
 		return;
 	}
 	free_remote(s, slab, obj);
@@ -487,9 +485,7 @@ void slab_free_cached(struct uslab_cache *s, struct slab *slab, void *obj)
 	if (!c->foreign_left)   /* budget spent, or a new cpu slab */
 		flush_foreign(s, c);
 	c->foreign_left--;
-	fp_set(s, obj, c->freelist);
-	c->freelist = obj;
-	c->fast_frees++;
+	cpu_freelist_push(c, obj, s->fp_offset);
 }
 
 /*

@@ -226,6 +226,23 @@ static inline void fp_set(const struct uslab_cache *s, void *obj, void *fp)
 	*(void **)((char *)obj + s->fp_offset) = fp;
 }
 
+/* The two private pushes, one home each; fp_offset is the cache's (0 for
+ * the kmalloc caches, which lets malloc's free use a constant). The caller
+ * has checked that obj belongs there and is not the head (double free). */
+static inline void cpu_freelist_push(struct cpu_slab *c, void *obj, uint32_t fp_offset)
+{
+	*(void **)((char *)obj + fp_offset) = c->freelist;
+	c->freelist = obj;
+	c->fast_frees++;
+}
+
+static inline void slab_local_push(struct slab *slab, void *obj, uint32_t fp_offset)
+{
+	*(void **)((char *)obj + fp_offset) = slab->local_free;
+	slab->local_free = obj;
+	slab->local_count++;
+}
+
 /* ---- pointer -> slab --------------------------------------------------------- */
 
 /* One byte per possible segment of the 47-bit user address space: 32 MiB of
@@ -406,9 +423,7 @@ static inline void cache_free_fast(struct uslab_cache *s, void *obj)
 	if (likely((uintptr_t)obj - c->base < c->span)) {
 		if (unlikely(obj == c->freelist))
 			uslab_fatal("free", obj, "double free");
-		fp_set(s, obj, c->freelist);
-		c->freelist = obj;
-		c->fast_frees++;
+		cpu_freelist_push(c, obj, s->fp_offset);
 		return;
 	}
 	cache_free_slow(s, obj);

@@ -64,6 +64,8 @@ bool kmalloc_init(void)
 			unsigned align = sz & -sz;
 			if (align > 16)
 				align = 16;
+			/* no constructor: the free pointer is at offset 0, which
+			 * kmalloc()/kfree() use as a constant */
 			if (cache_setup(&kmalloc_caches[i], name, sz, align, 0, NULL, (int)i)) {
 				spin_unlock(&kmalloc_init_lock);
 				errno = ENOMEM;

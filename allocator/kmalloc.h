@@ -106,9 +106,7 @@ static inline void kfree(void *p, const char *call)
 		if (likely(off * slab->kfree_magic < slab->kfree_limit)) {
 			if (likely(READ_ONCE(slab->owner) == tls_heap)) {
 				if (likely(p != slab->local_free)) {
-					*(void **)p = slab->local_free;   /* free pointer at 0 */
-					slab->local_free = p;
-					slab->local_count++;
+					slab_local_push(slab, p, 0);
 					return;
 				}
 			} else {
@@ -116,9 +114,7 @@ static inline void kfree(void *p, const char *call)
 									 slab->cache->cpu_offset);
 				if (likely(c->foreign_left && p != c->freelist)) {
 					c->foreign_left--;
-					*(void **)p = c->freelist;
-					c->freelist = p;
-					c->fast_frees++;
+					cpu_freelist_push(c, p, 0);
 					return;
 				}
 			}

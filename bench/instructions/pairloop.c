@@ -1,0 +1,54 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pairloop.c - N allocation+free pairs in one of three patterns, for
+ * counting instructions per pair with callgrind (tools/bench-instructions):
+ *   pairloop N pair   malloc(64) then free, the same block every time
+ *   pairloop N batch  1,000 malloc(64), then the 1,000 frees (N/1000 rounds)
+ *   pairloop N cache  uslab_cache_alloc then uslab_cache_free (64 B), when
+ *                     built with -DWITH_USLAB_CACHE against libuslab.a
+ * The difference between two values of N cancels start-up and exit.
+ */
+#include <stdlib.h>
+#include <string.h>
+#ifdef WITH_USLAB_CACHE
+#include <uslab.h>
+#endif
+
+#define KEEP(p) __asm__ __volatile__("" ::"r"(p) : "memory")
+
+int main(int argc, char **argv)
+{
+	long n = argc > 2 ? atol(argv[1]) : 0;
+	static void *v[1000];
+
+	if (argc < 3)
+		return 2;
+	if (!strcmp(argv[2], "pair")) {
+		for (long i = 0; i < n; i++) {
+			void *p = malloc(64);
+			KEEP(p);
+			free(p);
+		}
+	} else if (!strcmp(argv[2], "batch")) {
+		for (long i = 0; i < n / 1000; i++) {
+			for (int j = 0; j < 1000; j++) {
+				v[j] = malloc(64);
+				KEEP(v[j]);
+			}
+			for (int j = 0; j < 1000; j++)
+				free(v[j]);
+		}
+#ifdef WITH_USLAB_CACHE
+	} else if (!strcmp(argv[2], "cache")) {
+		struct uslab_cache *c = uslab_cache_create("pairloop", 64, 0, 0, NULL);
+		for (long i = 0; i < n; i++) {
+			void *p = uslab_cache_alloc(c);
+			KEEP(p);
+			uslab_cache_free(c, p);
+		}
+#endif
+	} else {
+		return 2;
+	}
+	return 0;
+}

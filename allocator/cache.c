@@ -334,6 +334,25 @@ static void cpu_partial_put(struct uslab_cache *s, struct cpu_slab *c, struct sl
 	stat_add(s, STAT_CPU_PARTIAL_PUT, 1);
 }
 
+/*
+ * The active slab ran dry: keep it frozen, at the tail of the cpu-partial
+ * list, rather than let it go FULL. This thread's frees into it then stay
+ * owner-local (no dwcas to re-freeze it), and by the time the refill loop
+ * reaches it again they have had a chance to come back.
+ */
+static void cpu_partial_put_tail(struct uslab_cache *s, struct cpu_slab *c, struct slab *slab)
+{
+	struct slab **pp;
+
+	if (c->nr_partial >= s->cpu_partial)
+		cpu_partial_drain(s, c);
+	for (pp = &c->partial; *pp; pp = &(*pp)->next)
+		;
+	slab->next = NULL;
+	*pp = slab;
+	c->nr_partial++;
+}
+
 /* Owner only: the objects a frozen slab can give now (local list first),
  * and how many. */
 static void *slab_take_private(struct uslab_cache *s, struct slab *slab, unsigned *count)
@@ -387,18 +406,23 @@ void *cache_alloc_slow(struct uslab_cache *s)
 			c->freelist = freelist;
 			goto supplied;
 		}
-		cpu_slab_deactivate(s, c);   /* exhausted: becomes FULL */
+		struct slab *dry = c->slab;
+
+		c->slab = NULL;
+		c->base = c->span = 0;
+		cpu_partial_put_tail(s, c, dry);
 	}
-	while ((slab = c->partial)) {
-		c->partial = slab->next;
-		c->nr_partial--;
-		slab->next = NULL;
+	/* the first cpu-partial slab with something to give; dry ones (kept
+	 * after running out) stay until frees come back or the list drains */
+	for (struct slab **pp = &c->partial; (slab = *pp); pp = &slab->next) {
 		freelist = slab_take_private(s, slab, &count);
 		if (freelist) {
+			*pp = slab->next;
+			slab->next = NULL;
+			c->nr_partial--;
 			stat_add(s, STAT_REFILL_CPU_PARTIAL, 1);
 			goto activate;
 		}
-		slab_release(s, slab, NULL);   /* cannot happen; stay safe */
 	}
 	slab = partial_take(s, &freelist, &count);
 	if (slab) {

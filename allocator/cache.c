@@ -118,14 +118,71 @@ struct cpu_slab *cpu_slab_get(struct uslab_cache *s)
 	return heap_cpu_slab(h, s);
 }
 
+/* ---- freed large runs, kept per thread ----------------------------------------
+ * A thread that frees a large block is likely to ask for one of the same
+ * size soon (buffers, vectors): keeping a few runs here spares two trips
+ * through seg_lock and the segment scan. Bounded per thread; given back at
+ * flush, exit and trim. */
+
+bool heap_run_put(struct slab *head)
+{
+	struct thread_heap *h = tls_heap;
+
+	if (h == &empty_heap || h->run_units + head->nunits > HEAP_RUN_UNITS)
+		return false;
+	for (unsigned i = 0; i < HEAP_RUNS; i++) {
+		if (!h->runs[i]) {
+			h->runs[i] = head;
+			h->run_units += head->nunits;
+			return true;
+		}
+	}
+	return false;
+}
+
+struct slab *heap_run_take(unsigned units)
+{
+	struct thread_heap *h = tls_heap;
+	int best = -1;
+
+	if (!h->run_units)   /* empty_heap included */
+		return NULL;
+	for (int i = 0; i < HEAP_RUNS; i++) {
+		struct slab *r = h->runs[i];
+		if (r && r->nunits >= units && r->nunits <= units + units / 4 &&
+		    (best < 0 || r->nunits < h->runs[best]->nunits))
+			best = i;
+	}
+	if (best < 0)
+		return NULL;
+	struct slab *r = h->runs[best];
+	h->runs[best] = NULL;
+	h->run_units -= r->nunits;
+	return r;
+}
+
+static void heap_runs_flush(struct thread_heap *h)
+{
+	for (unsigned i = 0; i < HEAP_RUNS; i++) {
+		if (h->runs[i]) {
+			segment_free_units(h->runs[i]);
+			h->runs[i] = NULL;
+		}
+	}
+	h->run_units = 0;
+}
+
 static void heap_flush_all(struct thread_heap *h)
 {
+	heap_runs_flush(h);
 	for (unsigned k = 0; k < NR_CHUNKS; k++) {
 		if (h->chunk[k] == empty_chunk)
 			continue;
 		for (unsigned i = 0; i < CPU_CHUNK; i++) {
 			struct cpu_slab *c = &h->chunk[k][i];
-			struct slab *any = c->slab ? c->slab : c->partial;
+			/* a thread that only frees may hold cached objects and no slab */
+			struct slab *any = c->slab ? c->slab : c->partial ? c->partial :
+					   c->freelist ? ptr_to_slab(c->freelist) : NULL;
 
 			if (any)
 				cpu_slab_flush(any->cache, c);

@@ -57,6 +57,8 @@
 
 #define MAX_CACHES     4096                   /* live caches at once */
 #define KMALLOC_IDS    64                     /* ids reserved for kmalloc caches */
+#define HEAP_RUNS      8                      /* large runs a thread keeps */
+#define HEAP_RUN_UNITS 256                    /* ... up to 4 MiB of them */
 #define CPU_CHUNK      64                     /* cpu slabs per per-thread chunk */
 #define NR_CHUNKS      (MAX_CACHES / CPU_CHUNK)
 
@@ -162,6 +164,8 @@ _Static_assert(sizeof(struct cpu_slab) == 64, "one cpu slab per cache line");
 struct thread_heap {
 	struct cpu_slab chunk0[CPU_CHUNK];   /* ids 0..63: the kmalloc caches */
 	struct cpu_slab *chunk[NR_CHUNKS];   /* chunk k holds caches k*64 .. k*64+63 */
+	struct slab *runs[HEAP_RUNS];        /* freed large runs kept for reuse */
+	uint32_t run_units;                  /* units held in runs[] */
 	struct thread_heap *next;            /* all heaps, under heaps_lock */
 	int live;                            /* owned by a running thread */
 	int exited;                          /* its thread ran the exit flush */
@@ -374,6 +378,8 @@ static inline struct cpu_slab *this_cpu_slab(const struct uslab_cache *s)
 }
 
 struct cpu_slab *cpu_slab_get(struct uslab_cache *s);  /* makes a real heap/chunk */
+bool heap_run_put(struct slab *head);                  /* keep a freed large run */
+struct slab *heap_run_take(unsigned units);            /* one of units..units*5/4 */
 /* id < 0: the first free id above the kmalloc range */
 int cache_setup(struct uslab_cache *s, const char *name, size_t size, size_t align,
 		unsigned flags, void (*ctor)(void *), int id);

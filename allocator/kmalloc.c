@@ -206,11 +206,12 @@ static struct {
 static size_t huge_cached_bytes;
 
 /*
- * A cached mapping made exactly len bytes long: the smallest that holds len
- * (its tail unmapped), else the largest, grown with mremap (its pages move
- * with it, only the new ones fault). 0 if the cache is empty or mremap fails.
+ * A cached mapping for a request of len bytes: the smallest that holds len
+ * (whole if at most twice len: its committed pages are the point; else its
+ * tail unmapped), or the largest, grown with mremap (its pages move with it,
+ * only the new ones fault). *got is its length; 0 if none or mremap fails.
  */
-static uintptr_t huge_cache_take(size_t len)
+static uintptr_t huge_cache_take(size_t len, size_t *got)
 {
 	int best = -1;
 
@@ -231,12 +232,19 @@ static uintptr_t huge_cache_take(size_t len)
 		WRITE_ONCE(huge_cached_bytes, huge_cached_bytes - have);
 	}
 	spin_unlock(&huge_lock);
-	if (!map || have == len)
+	if (!map)
+		return 0;   /* *got untouched */
+	*got = have;
+	if (have == len)
 		return map;
 	if (have > len) {
-		os_unmap((void *)(map + len), have - len);
+		if (have / 2 > len) {
+			os_unmap((void *)(map + len), have - len);
+			*got = len;
+		}
 		return map;
 	}
+	*got = len;
 	void *q = mremap((void *)map, have, len, MREMAP_MAYMOVE);
 	if (q == MAP_FAILED) {
 		os_unmap((void *)map, have);
@@ -307,7 +315,7 @@ static void *huge_alloc(size_t n, size_t align, bool *zeroed)
 		return NULL;
 	}
 	*zeroed = true;
-	if (align <= page && (p = (void *)huge_cache_take(len)) != NULL) {
+	if (align <= page && (p = (void *)huge_cache_take(len, &len)) != NULL) {
 		*zeroed = false;
 		align = page;
 	} else if (align <= page) {
@@ -346,8 +354,15 @@ size_t kmalloc_huge_count(void)
 static void *large_alloc(size_t n, bool *zeroed)
 {
 	unsigned units = (unsigned)((n + UNIT_SIZE - 1) >> UNIT_SHIFT);
-	struct slab *head = segment_alloc_units(units, SLAB_KIND_LARGE, zeroed);
+	struct slab *head = heap_run_take(units);
 
+	if (head) {   /* a run this thread freed: committed, not zero */
+		if (zeroed)
+			*zeroed = false;
+		smp_store_release(&head->kind, SLAB_KIND_LARGE);
+		return (void *)head->base;
+	}
+	head = segment_alloc_units(units, SLAB_KIND_LARGE, zeroed);
 	if (!head)
 		return NULL;
 	head->base = slab_start(head);
@@ -388,7 +403,8 @@ void free_nonsmall(void *p, struct slab *slab, const char *call)
 		/* claim the block: a second free of it finds the kind changed */
 		if (!try_cmpxchg_acq_rel(&slab->kind, &kind, SLAB_KIND_TAIL))
 			uslab_fatal(call, p, kind == SLAB_KIND_TAIL ? "double free" : "invalid pointer");
-		segment_free_units(slab);
+		if (!heap_run_put(slab))   /* kept runs stay marked TAIL: freed */
+			segment_free_units(slab);
 		return;
 	}
 	if (!huge_remove((uintptr_t)p, &h))

@@ -24,7 +24,7 @@
 	  "0 forces the striped-lock path of the double-width CAS (read by the toolkit)")    \
 	X(DECAY_MS, "USLAB_DECAY_MS", INT, 500,                                              \
 	  "free units unused this long (ms) are given back to the OS with madvise")          \
-	X(DIRTY_MAX, "USLAB_DIRTY_MAX", SIZE, 32 << 20,                                      \
+	X(DIRTY_MAX, "USLAB_DIRTY_MAX", SIZE, 64 << 20,                                      \
 	  "free but still committed memory (units; separately, huge mappings kept for "     \
 	  "reuse) above this is given back at once")                                         \
 	X(RESERVE_SEGMENTS, "USLAB_RESERVE_SEGMENTS", INT, 1,                                \

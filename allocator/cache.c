@@ -741,6 +741,10 @@ int cache_setup(struct uslab_cache *s, const char *name, size_t size, size_t ali
 	s->stride = (uint32_t)round_up(slot, align);
 	s->stride_magic = UINT64_MAX / s->stride + 1;
 	uint32_t objects = calculate_units(s);
+	/* Objects smaller than a line share it with their neighbours: handing one
+	 * from a slab another thread allocates from to this thread would make the
+	 * two write the same line (passive false sharing, cache-scratch). */
+	s->foreign_owned = s->stride >= CACHE_LINE;
 	s->foreign_max = (64u << 10) / s->stride;
 	s->foreign_max = s->foreign_max < 16 ? 16 : s->foreign_max > 1024 ? 1024 : s->foreign_max;
 	s->min_partial = ilog2(s->stride) / 2;

@@ -187,6 +187,8 @@ struct uslab_cache {
 	unsigned id;
 	unsigned min_partial;          /* empty slabs kept on the partial list */
 	unsigned foreign_max;          /* malloc: other threads' objects a thread caches */
+	unsigned foreign_owned;        /* ... also from slabs another thread owns: only
+					  when objects do not share cache lines */
 	unsigned cpu_partial;          /* frozen slabs a thread may hold back */
 	void (*ctor)(void *);
 

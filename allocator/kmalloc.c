@@ -433,13 +433,16 @@ noinline void kfree_slow(void *p, const char *call)
 		free_invalid(p, call);
 	if (unlikely(s->id >= KMALLOC_IDS))
 		uslab_fatal(call, p, "pointer from uslab_cache_alloc");
-	if (READ_ONCE(slab->owner) == tls_heap) {
+	struct thread_heap *owner = READ_ONCE(slab->owner);
+	if (owner == tls_heap) {
 		if (unlikely(p == slab->local_free))
 			uslab_fatal(call, p, "double free");
 		slab_free_slow(s, slab, p);
-		return;
+	} else if (owner && !s->foreign_owned) {
+		slab_free_slow(s, slab, p);     /* small objects go home: no false sharing */
+	} else {
+		slab_free_cached(s, slab, p);   /* flushes, or makes the heap, then caches */
 	}
-	slab_free_cached(s, slab, p);   /* flushes, or makes the heap, then caches */
 }
 
 /* Bytes the caller may use at p; 0 for NULL. Aborts on a foreign pointer. */

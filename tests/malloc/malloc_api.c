@@ -54,17 +54,6 @@ static void *(*volatile valigned_alloc)(size_t, size_t) = aligned_alloc;
 static void *(*volatile vvalloc)(size_t) = valloc;
 static void *(*volatile vpvalloc)(size_t) = pvalloc;
 
-static void require_uslab(void)
-{
-	const char *g = getenv("USLAB_TEST_ALLOW_GLIBC");
-
-	if (g && *g && strcmp(g, "0")) {
-		on_uslab = dlsym(RTLD_DEFAULT, "uslab_malloc") != NULL;
-		return;
-	}
-	test_require_uslab();
-	on_uslab = 1;
-}
 
 /* ---- patterns --------------------------------------------------------------- */
 
@@ -865,7 +854,7 @@ static void test_sized_and_libc(void)
 
 int main(void)
 {
-	require_uslab();
+	on_uslab = test_require_uslab();
 	struct {
 		const char *name;
 		void (*fn)(void);

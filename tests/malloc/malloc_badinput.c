@@ -40,17 +40,6 @@ static void (*volatile vfree)(void *) = free;
 static void *(*volatile vrealloc)(void *, size_t) = realloc;
 static size_t (*volatile vusable)(void *) = malloc_usable_size;
 
-static void require_uslab(void)
-{
-	const char *g = getenv("USLAB_TEST_ALLOW_GLIBC");
-
-	if (g && *g && strcmp(g, "0")) {
-		on_uslab = dlsym(RTLD_DEFAULT, "uslab_malloc") != NULL;
-		return;
-	}
-	test_require_uslab();
-	on_uslab = 1;
-}
 
 /* Child: tell the parent which pointer the message must name. */
 static void *announce(void *p)
@@ -436,7 +425,7 @@ static int run_case(const struct bad_case *c)
 
 int main(int argc, char **argv)
 {
-	require_uslab();
+	on_uslab = test_require_uslab();
 	for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		if (argc > 1 && !strstr(cases[i].name, argv[1]))
 			continue;

@@ -33,17 +33,6 @@
 
 static bool on_uslab;
 
-static void require_uslab()
-{
-	const char *g = getenv("USLAB_TEST_ALLOW_GLIBC");
-
-	if (g && *g && strcmp(g, "0")) {
-		on_uslab = dlsym(RTLD_DEFAULT, "uslab_malloc") != nullptr;
-		return;
-	}
-	test_require_uslab();
-	on_uslab = true;
-}
 
 static bool is_aligned(const void *p, size_t a)
 {
@@ -358,7 +347,7 @@ static void test_threads()
 
 int main()
 {
-	require_uslab();
+	on_uslab = test_require_uslab() != 0;
 	test_objects();
 	test_aligned_new();
 	test_threads();

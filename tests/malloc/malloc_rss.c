@@ -123,15 +123,11 @@ static void *worker_main(void *arg)
 
 int main(void)
 {
-	const char *g = getenv("USLAB_TEST_ALLOW_GLIBC");
-	int on_uslab = 1;
+	int on_uslab;
 	static long sample[POLL_FOR_MS / POLL_MS + 1];
 	int nsample = 0;
 
-	if (g && *g && strcmp(g, "0"))
-		on_uslab = dlsym(RTLD_DEFAULT, "uslab_malloc") != NULL;
-	else
-		test_require_uslab();
+	on_uslab = test_require_uslab();
 
 	long base = rss_kb();
 	double t0 = test_now();

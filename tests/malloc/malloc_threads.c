@@ -40,17 +40,6 @@
 
 static int on_uslab;
 
-static void require_uslab(void)
-{
-	const char *g = getenv("USLAB_TEST_ALLOW_GLIBC");
-
-	if (g && *g && strcmp(g, "0")) {
-		on_uslab = dlsym(RTLD_DEFAULT, "uslab_malloc") != NULL;
-		return;
-	}
-	test_require_uslab();
-	on_uslab = 1;
-}
 
 /* ---- helpers --------------------------------------------------------------------- */
 
@@ -694,7 +683,7 @@ static const struct {
 
 int main(int argc, char **argv)
 {
-	require_uslab();
+	on_uslab = test_require_uslab();
 	alarm(280);   /* below ctest's timeout: a hang shows up as SIGALRM */
 	for (unsigned i = 0; i < sizeof(phases) / sizeof(phases[0]); i++) {
 		if (argc > 1 && strcmp(argv[1], phases[i].name))

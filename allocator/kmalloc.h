@@ -112,7 +112,9 @@ static inline void kfree(void *p, const char *call)
 				}
 			} else {
 				struct uslab_cache *s = slab->cache;
-				struct cpu_slab *c = (struct cpu_slab *)((char *)tls_heap->chunk0 +
+				/* a fresh load, so that the owner test above can compare
+				 * against memory instead of keeping the heap in a register */
+				struct cpu_slab *c = (struct cpu_slab *)((char *)READ_ONCE(tls_heap)->chunk0 +
 									 s->cpu_offset);
 				if (likely(c->foreign_left && p != c->freelist &&
 					   (s->foreign_owned || !READ_ONCE(slab->owner)))) {

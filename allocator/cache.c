@@ -49,6 +49,7 @@ static uint64_t cache_ids[MAX_CACHES / 64];
 static void heap_thread_exit(void *arg);
 static void cpu_slab_flush(struct uslab_cache *s, struct cpu_slab *c);
 static void cpu_partial_put(struct uslab_cache *s, struct cpu_slab *c, struct slab *slab);
+static void cpu_partial_drain(struct uslab_cache *s, struct cpu_slab *c);
 
 static void heap_key_create(void)
 {
@@ -203,6 +204,14 @@ static void heap_thread_exit(void *arg)
 	h->exited = 1;
 	spin_unlock(&heaps_lock);
 	tls_heap = &empty_heap;
+}
+
+/* Tests: give up the calling thread's cpu-partial slabs of s (dry ones go
+ * FULL), leaving its active slab alone. */
+void cache_drain_cpu_partial(struct uslab_cache *s)
+{
+	if (tls_heap != &empty_heap && tls_heap->chunk[s->chunk] != empty_chunk)
+		cpu_partial_drain(s, heap_cpu_slab(tls_heap, s));
 }
 
 USLAB_API void uslab_thread_flush(void)

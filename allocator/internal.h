@@ -380,6 +380,7 @@ static inline struct cpu_slab *this_cpu_slab(const struct uslab_cache *s)
 }
 
 struct cpu_slab *cpu_slab_get(struct uslab_cache *s);  /* makes a real heap/chunk */
+void cache_drain_cpu_partial(struct uslab_cache *s);   /* tests: caller's cpu partial */
 bool heap_run_put(struct slab *head);                  /* keep a freed large run */
 struct slab *heap_run_take(unsigned units);            /* one of units..units*5/4 */
 /* id < 0: the first free id above the kmalloc range */

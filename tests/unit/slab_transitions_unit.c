@@ -180,6 +180,17 @@ static void job_flush(void *arg)
 	snap_cpu(j);
 }
 
+/*
+ * A slab whose last object the owner allocated stays frozen at the tail of
+ * its cpu-partial list (dry), so that the owner's frees into it stay local;
+ * it goes FULL when that list is drained. Tests that want FULL slabs drain
+ * the calling thread's list, leaving its active slab alone.
+ */
+static void make_dry_full(struct uslab_cache *c)
+{
+	cache_drain_cpu_partial(c);
+}
+
 static unsigned long nr_partial(struct uslab_cache *c)
 {
 	spin_lock(&c->list_lock);
@@ -393,6 +404,7 @@ static void test_remote_free_while_owner_refills(void)
 
 	/* nothing left anywhere: the owner gives the slab up FULL */
 	void *next = uslab_cache_alloc(c);
+	make_dry_full(c);
 	CHECK(ptr_to_slab(next) != slab);
 	w = word_of(objs[0]);
 	CHECK(!w.frozen && !w.on_partial && w.freelist == NULL);
@@ -526,6 +538,7 @@ static void test_full_remote_free_freezes(void)
 
 	for (unsigned i = 0; i < 2 * PER; i++)
 		objs[i] = uslab_cache_alloc(c);       /* slab A FULL, slab B active and dry */
+	make_dry_full(c);
 	struct slab *a = ptr_to_slab(objs[0]);
 	struct word w = word_of(objs[0]);
 	CHECK(!w.frozen && !w.on_partial && w.freelist == NULL);
@@ -579,6 +592,7 @@ static void test_owner_local_frees(void)
 
 	for (unsigned i = 0; i < 3 * PER; i++)
 		objs[i] = uslab_cache_alloc(c);       /* A, B FULL; C active and dry */
+	make_dry_full(c);
 	other_do(job_free, c, &objs[0], 1);           /* A frozen for the other thread */
 	struct slab *a = ptr_to_slab(objs[0]);
 	struct word w0 = word_of(objs[0]);
@@ -631,6 +645,7 @@ static void test_full_remote_free_without_heap(void)
 
 	for (unsigned i = 0; i < 3 * PER; i++)
 		objs[i] = uslab_cache_alloc(c);       /* A, B FULL; C active and dry */
+	make_dry_full(c);
 	struct slab *a = ptr_to_slab(objs[0]), *b = ptr_to_slab(objs[PER]);
 
 	CHECK(!__slab_free(c, a, objs[0], objs[0], 1, false));
@@ -666,6 +681,7 @@ static void test_bulk_free_full_slab(void)
 
 	for (unsigned i = 0; i < 2 * PER; i++)
 		objs[i] = uslab_cache_alloc(c);
+	make_dry_full(c);
 	struct slab *a = ptr_to_slab(objs[0]);
 
 	struct job *j = other_do(job_free_bulk, c, objs, PER);
@@ -790,6 +806,7 @@ static void test_cpu_partial_overflow(void)
 	REQUIRE(cp + 2 <= 16);
 	for (unsigned i = 0; i < (cp + 2) * PER; i++)
 		objs[i] = uslab_cache_alloc(c);       /* slabs 0..cp FULL, cp+1 active */
+	make_dry_full(c);
 
 	/* slab 0 entirely: its first free freezes it for the freer, the other
 	 * PER - 1 are that owner's local frees; slabs 1..cp-1 one object each */
@@ -844,6 +861,79 @@ static void test_cpu_partial_overflow(void)
 	finish(c, objs, (cp + 2) * PER);
 }
 
+/* ---- FROZEN (active, dry) -> FROZEN (cpu-partial tail) (#5a); refill skips dry slabs -------- */
+
+static void test_dry_active_stays_frozen(void)
+{
+	struct uslab_cache *c = new_cache("t-dry");
+	static void *objs[3 * PER + 2];
+	struct cpu_slab *cs;
+	unsigned n = 0;
+
+	for (unsigned i = 0; i < PER; i++)
+		objs[n++] = uslab_cache_alloc(c);       /* A exhausted, still active */
+	struct slab *a = ptr_to_slab(objs[0]);
+	objs[n++] = uslab_cache_alloc(c);            /* A runs dry: B active */
+	struct slab *b = ptr_to_slab(objs[PER]);
+	cs = this_cpu_slab(c);
+	struct word w = word_of(objs[0]);
+	CHECK(b != a && cs->slab == b);
+	CHECK(w.frozen && !w.on_partial && w.freelist == NULL);   /* not FULL: frozen */
+	CHECK_EQ(w.inuse, PER);
+	CHECK(a->owner == tls_heap && on_cpu_partial(cs, a) && cs->nr_partial == 1);
+	CHECK_EQ(nr_partial(c), 0);
+	CHECK_EQ(uslab_cache_validate(c), 0);
+
+	/* the owner's frees into the dry slab are local: the word does not move */
+	uslab_cache_free(c, objs[3]);
+	uslab_cache_free(c, objs[7]);
+	w = word_of(objs[0]);
+	CHECK(w.frozen && w.freelist == NULL && w.inuse == PER);
+	CHECK(a->local_free == objs[7] && fp_get(c, objs[7]) == objs[3]);
+	CHECK_EQ(uslab_cache_validate(c), 0);
+
+	/* B runs dry too: it goes to the tail, and the refill takes A's frees */
+	for (unsigned i = 1; i < PER; i++)
+		objs[n++] = uslab_cache_alloc(c);
+	void *x = uslab_cache_alloc(c);
+	CHECK(x == objs[7]);
+	CHECK(cs->slab == a && cs->partial == b && cs->nr_partial == 1);
+	CHECK(a->local_free == NULL && word_of(objs[PER]).frozen);
+	void *y = uslab_cache_alloc(c);
+	CHECK(y == objs[3]);
+	objs[7] = x;                                  /* the same objects, live again */
+	objs[3] = y;
+	CHECK_EQ(uslab_cache_validate(c), 0);
+
+	/* A dry again: list [B, A], nothing to give, so a new slab C; then a
+	 * local free into A, and C dry: the refill skips B (dry) and takes A */
+	objs[n++] = uslab_cache_alloc(c);
+	struct slab *cc = ptr_to_slab(objs[n - 1]);
+	CHECK(cc != a && cc != b && cs->slab == cc);
+	CHECK(cs->partial == b && b->next == a && cs->nr_partial == 2);
+	uslab_cache_free(c, objs[9]);
+	CHECK(a->local_free == objs[9]);
+	for (unsigned i = 1; i < PER; i++)
+		objs[n++] = uslab_cache_alloc(c);
+	void *z = uslab_cache_alloc(c);
+	CHECK(z == objs[9]);
+	objs[9] = z;
+	CHECK(cs->slab == a);
+	CHECK(on_cpu_partial(cs, b) && on_cpu_partial(cs, cc) && cs->nr_partial == 2);
+	CHECK(word_of(objs[PER]).frozen && b->owner == tls_heap);   /* skipped, kept */
+	CHECK_EQ(uslab_cache_validate(c), 0);
+
+	/* a drain makes the dry slabs FULL: unfrozen, on no list */
+	make_dry_full(c);
+	w = word_of(objs[PER]);
+	CHECK(!w.frozen && !w.on_partial && w.inuse == PER && b->owner == NULL);
+	w = word_of(objs[n - 1]);
+	CHECK(!w.frozen && !w.on_partial && w.inuse == PER);
+	CHECK_EQ(nr_partial(c), 0);
+	CHECK_EQ(uslab_cache_validate(c), 0);
+	finish(c, objs, n);
+}
+
 /* ---- thread exit: the exit flush unfreezes everything the thread held ------------------- */
 
 struct exit_arg {
@@ -881,6 +971,7 @@ static void test_thread_exit_unfreezes(void)
 
 	for (unsigned i = 0; i < 2 * PER + 1; i++)
 		objs[i] = uslab_cache_alloc(c);       /* A, B FULL; C active */
+	make_dry_full(c);
 	full[0] = objs[0];
 	full[1] = objs[PER];
 	full[2] = objs[1];
@@ -953,6 +1044,7 @@ int main(void)
 	test_partial_to_empty();
 	test_partial_to_frozen_on_refill();
 	test_cpu_partial_overflow();
+	test_dry_active_stays_frozen();
 	test_thread_exit_unfreezes();
 	test_validate_sees_damage();
 	puppet_stop(&other);

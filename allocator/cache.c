@@ -853,7 +853,7 @@ USLAB_API int uslab_cache_destroy(struct uslab_cache *s)
 			s->name, lc.live, lc.live == 1 ? "" : "s");
 		return -EBUSY;
 	}
-	cache_shrink_partial(s, true);
+	cache_shrink_partial(s);
 
 	qrw_write_lock(&cache_registry);
 	WRITE_ONCE(s->dead, 1);
@@ -878,7 +878,7 @@ USLAB_API void uslab_cache_shrink(struct uslab_cache *s)
 		cpu_slab_flush(s, heap_cpu_slab(h, s));
 		spin_unlock(&heaps_lock);
 	}
-	cache_shrink_partial(s, true);
+	cache_shrink_partial(s);
 	segment_purge_all();
 	segment_release_empty_over(0);
 }

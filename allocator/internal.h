@@ -363,7 +363,7 @@ void *slab_take_freelist(struct uslab_cache *s, struct slab *slab, bool freeze, 
 struct slab *partial_take(struct uslab_cache *s, void **freelist, unsigned *count);
 bool __slab_free(struct uslab_cache *s, struct slab *slab, void *head, void *tail,
 		 unsigned cnt, bool can_freeze);
-void cache_shrink_partial(struct uslab_cache *s, bool all);
+void cache_shrink_partial(struct uslab_cache *s);
 
 /* ---- cache.c: per-thread heap access ---------------------------------------- */
 

@@ -535,7 +535,7 @@ bool kmalloc_trim(void)
 	uslab_thread_flush();
 	if (smp_load_acquire(&kmalloc_ready))
 		for (unsigned i = 0; i < NR_CLASSES; i++)
-			cache_shrink_partial(&kmalloc_caches[i], true);
+			cache_shrink_partial(&kmalloc_caches[i]);
 	segment_purge_all();
 	segment_release_empty_over(0);
 	huge_cache_expire(UINT64_MAX);

@@ -257,19 +257,15 @@ bool __slab_free(struct uslab_cache *s, struct slab *slab, void *head, void *tai
 	return false;
 }
 
-/*
- * Give empty slabs on the partial list back to their segments: all of them,
- * or only those beyond min_partial.
- */
-void cache_shrink_partial(struct uslab_cache *s, bool all)
+/* Give every empty slab on the partial list back to its segment (shrink,
+ * trim, destroy: min_partial does not apply). */
+void cache_shrink_partial(struct uslab_cache *s)
 {
 	struct slab *victims = NULL, *slab, *next;
 
 	spin_lock(&s->list_lock);
 	for (slab = s->partial; slab; slab = next) {
 		next = slab->next;
-		if (!all && s->nr_partial <= s->min_partial)
-			break;
 		if (ctr_inuse(dwcas_read(&slab->xword).hi) != 0)
 			continue;
 		/* Empty and unfrozen: no thread can free into it or take it

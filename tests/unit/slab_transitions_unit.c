@@ -934,6 +934,254 @@ static void test_dry_active_stays_frozen(void)
 	finish(c, objs, n);
 }
 
+/*
+ * A dry cpu-partial slab takes remote frees like any frozen slab (#2: the
+ * freer pushes on its shared word and does not take it); the refill loop
+ * takes that list by dwcas (#3). A slab with both an owner-local and a
+ * shared list gives the local one first, then, as the active slab, the
+ * shared one.
+ */
+static void test_dry_slab_remote_frees(void)
+{
+	struct uslab_cache *c = new_cache("t-dry-remote");
+	static void *objs[2 * PER];
+
+	for (unsigned i = 0; i < PER + 1; i++)
+		objs[i] = uslab_cache_alloc(c);       /* A dry on the list, B active */
+	struct slab *a = ptr_to_slab(objs[0]), *b = ptr_to_slab(objs[PER]);
+	struct cpu_slab *cs = this_cpu_slab(c);
+	CHECK(cs->slab == b && cs->partial == a && a->next == NULL && cs->nr_partial == 1);
+
+	/* a remote free into the dry slab: shared word, still frozen and ours */
+	struct job *j = other_do(job_free, c, &objs[10], 1);
+	struct word w = word_of(objs[0]);
+	CHECK(w.frozen && !w.on_partial);
+	CHECK(w.freelist == objs[10] && fp_get(c, objs[10]) == NULL);
+	CHECK_EQ(w.inuse, PER - 1);
+	CHECK(a->owner == tls_heap && a->local_free == NULL);
+	CHECK(j->snap.slab == NULL && j->snap.partial == NULL && j->snap.nr_partial == 0);
+	CHECK(cs->slab == b && cs->partial == a && cs->nr_partial == 1);
+	CHECK_EQ(nr_partial(c), 0);
+	CHECK_EQ(info_of(c).live_objects, PER);
+	CHECK_EQ(uslab_cache_validate(c), 0);
+
+	/* B runs dry: [A, B]; the loop takes A's shared list by dwcas */
+	for (unsigned i = PER + 1; i < 2 * PER; i++)
+		objs[i] = uslab_cache_alloc(c);
+	CHECK(cs->slab == b && cs->freelist == NULL);
+	void *x = uslab_cache_alloc(c);
+	CHECK(x == objs[10]);
+	CHECK(cs->slab == a && cs->freelist == NULL);
+	CHECK(cs->partial == b && b->next == NULL && cs->nr_partial == 1);
+	w = word_of(objs[0]);
+	CHECK(w.frozen && w.freelist == NULL);
+	CHECK_EQ(w.inuse, PER);
+	w = word_of(objs[PER]);
+	CHECK(w.frozen && !w.on_partial && w.freelist == NULL);
+	CHECK_EQ(w.inuse, PER);
+	CHECK(b->owner == tls_heap);
+	CHECK_EQ(uslab_cache_validate(c), 0);
+
+	/* into dry B: our local free, and a remote one on the shared word */
+	uslab_cache_free(c, objs[PER + 3]);
+	other_do(job_free, c, &objs[PER + 4], 1);
+	w = word_of(objs[PER]);
+	CHECK(w.frozen && w.freelist == objs[PER + 4]);
+	CHECK_EQ(w.inuse, PER - 1);
+	CHECK(b->local_free == objs[PER + 3] && b->local_count == 1);
+	CHECK_LIVE(c, 2 * PER - 2, 1);
+	CHECK_EQ(uslab_cache_validate(c), 0);
+
+	/* A dry again: [B, A]; B gives its local list first ... */
+	void *y = uslab_cache_alloc(c);
+	CHECK(y == objs[PER + 3]);
+	CHECK(cs->slab == b && cs->freelist == NULL && b->local_free == NULL);
+	CHECK(cs->partial == a && a->next == NULL && cs->nr_partial == 1);
+	w = word_of(objs[PER]);
+	CHECK(w.frozen && w.freelist == objs[PER + 4]);   /* the shared list untouched */
+	CHECK_EQ(w.inuse, PER - 1);
+	w = word_of(objs[0]);
+	CHECK(w.frozen && w.freelist == NULL && a->owner == tls_heap);
+	CHECK_EQ(w.inuse, PER);
+
+	/* ... then, as the active slab, its shared list */
+	void *z = uslab_cache_alloc(c);
+	CHECK(z == objs[PER + 4]);
+	CHECK(cs->slab == b && cs->freelist == NULL);
+	CHECK(cs->partial == a && cs->nr_partial == 1);
+	w = word_of(objs[PER]);
+	CHECK(w.frozen && w.freelist == NULL);
+	CHECK_EQ(w.inuse, PER);
+	CHECK_EQ(nr_partial(c), 0);
+	CHECK_EQ(info_of(c).slabs, 2);
+	CHECK_EQ(uslab_cache_validate(c), 0);
+	finish(c, objs, 2 * PER);
+}
+
+/*
+ * uslab_thread_flush of a thread with dry slabs on its cpu-partial list: a
+ * dry slab with nothing free goes FULL (#5), one with owner-local or remote
+ * frees goes PARTIAL (#4).
+ */
+static void test_flush_dry_cpu_partial(void)
+{
+	struct uslab_cache *c = new_cache("t-dry-flush");
+	static void *objs[3 * PER + 1];
+
+	REQUIRE(c->cpu_partial >= 3);
+	for (unsigned i = 0; i < 3 * PER + 1; i++)
+		objs[i] = uslab_cache_alloc(c);       /* [A, B, C] dry, D active */
+	struct cpu_slab *cs = this_cpu_slab(c);
+	struct slab *a = ptr_to_slab(objs[0]), *b = ptr_to_slab(objs[PER]);
+	struct slab *cc = ptr_to_slab(objs[2 * PER]), *d = ptr_to_slab(objs[3 * PER]);
+	CHECK(cs->slab == d && cs->nr_partial == 3);
+	CHECK(cs->partial == a && a->next == b && b->next == cc && cc->next == NULL);
+
+	uslab_cache_free(c, objs[5]);                 /* A: owner-local */
+	other_do(job_free, c, &objs[PER + 5], 1);     /* B: remote, shared */
+	CHECK(a->local_free == objs[5] && word_of(objs[0]).freelist == NULL);
+	CHECK(word_of(objs[PER]).freelist == objs[PER + 5]);
+	CHECK_LIVE(c, 3 * PER - 1, 1);
+	CHECK_EQ(uslab_cache_validate(c), 0);
+
+	uslab_thread_flush();
+	CHECK(cs->slab == NULL && cs->freelist == NULL);
+	CHECK(cs->partial == NULL && cs->nr_partial == 0);
+	struct word w = word_of(objs[0]);
+	CHECK(!w.frozen && w.on_partial && w.freelist == objs[5] && fp_get(c, objs[5]) == NULL);
+	CHECK_EQ(w.inuse, PER - 1);
+	CHECK(a->owner == NULL && a->local_free == NULL && a->local_count == 0);
+	w = word_of(objs[PER]);
+	CHECK(!w.frozen && w.on_partial && w.freelist == objs[PER + 5]);
+	CHECK_EQ(w.inuse, PER - 1);
+	CHECK(b->owner == NULL);
+	w = word_of(objs[2 * PER]);
+	CHECK(!w.frozen && !w.on_partial && w.freelist == NULL);   /* FULL */
+	CHECK_EQ(w.inuse, PER);
+	CHECK(cc->owner == NULL && cc->local_free == NULL);
+	w = word_of(objs[3 * PER]);
+	CHECK(!w.frozen && w.on_partial);
+	CHECK_EQ(w.inuse, 1);
+	CHECK_EQ(nr_partial(c), 3);
+	CHECK_EQ(info_of(c).live_objects, 3 * PER - 1);
+	CHECK_EQ(uslab_cache_validate(c), 0);
+	objs[5] = objs[PER + 5] = NULL;
+	finish(c, objs, 3 * PER + 1);
+}
+
+/*
+ * A slab running dry with cpu_partial slabs already listed drains the whole
+ * list first (dry ones FULL, the others PARTIAL), then is the list's only
+ * slab; the refill then comes from the partial list (#7), newest first.
+ */
+static void test_dry_overflow_drains(void)
+{
+	struct uslab_cache *c = new_cache("t-dry-overflow");
+	static void *objs[16 * PER];
+	unsigned cp = c->cpu_partial;
+	struct slab *sl[16];
+
+	REQUIRE(cp >= 3 && cp + 1 <= 16);
+	for (unsigned i = 0; i < (cp + 1) * PER; i++)
+		objs[i] = uslab_cache_alloc(c);       /* slabs 0..cp-1 dry, cp active */
+	struct cpu_slab *cs = this_cpu_slab(c);
+	for (unsigned s = 0; s <= cp; s++)
+		sl[s] = ptr_to_slab(objs[s * PER]);
+	CHECK(cs->slab == sl[cp] && cs->freelist == NULL);
+	CHECK_EQ(cs->nr_partial, cp);
+	CHECK(cs->partial == sl[0]);
+	for (unsigned s = 0; s < cp; s++) {
+		CHECK(sl[s]->next == (s + 1 < cp ? sl[s + 1] : NULL));
+		CHECK(word_of(objs[s * PER]).frozen && sl[s]->owner == tls_heap);
+	}
+	uslab_cache_free(c, objs[5]);                 /* slab 0: owner-local */
+	other_do(job_free, c, &objs[PER + 5], 1);     /* slab 1: remote */
+	CHECK_EQ(nr_partial(c), 0);
+	CHECK_EQ(uslab_cache_validate(c), 0);
+	struct uslab_cache_info before = info_of(c);
+
+	void *x = uslab_cache_alloc(c);
+	CHECK(x == objs[PER + 5]);                    /* slab 1, the newer PARTIAL */
+	CHECK(cs->slab == sl[1] && cs->freelist == NULL);
+	CHECK(cs->partial == sl[cp] && sl[cp]->next == NULL && cs->nr_partial == 1);
+	struct word w = word_of(objs[cp * PER]);
+	CHECK(w.frozen && !w.on_partial && w.freelist == NULL && sl[cp]->owner == tls_heap);
+	CHECK_EQ(w.inuse, PER);
+	w = word_of(objs[PER]);
+	CHECK(w.frozen && !w.on_partial && w.freelist == NULL);
+	CHECK_EQ(w.inuse, PER);
+	CHECK(sl[1]->owner == tls_heap);
+	w = word_of(objs[0]);
+	CHECK(!w.frozen && w.on_partial && w.freelist == objs[5]);
+	CHECK_EQ(w.inuse, PER - 1);
+	CHECK(sl[0]->owner == NULL && sl[0]->local_free == NULL);
+	for (unsigned s = 2; s < cp; s++) {
+		w = word_of(objs[s * PER]);
+		CHECK(!w.frozen && !w.on_partial && w.freelist == NULL);   /* FULL */
+		CHECK_EQ(w.inuse, PER);
+		CHECK(sl[s]->owner == NULL);
+	}
+	CHECK_EQ(nr_partial(c), 1);
+	CHECK_EQ(info_of(c).slabs, before.slabs);
+	CHECK_EQ(info_of(c).live_objects, (cp + 1) * PER - 1);
+	CHECK_EQ(uslab_cache_validate(c), 0);
+	objs[5] = NULL;
+	objs[PER + 5] = x;
+	finish(c, objs, (cp + 1) * PER);
+}
+
+/* Thread exit drains a dry cpu-partial slab to FULL; the active one goes PARTIAL. */
+struct dry_exit_arg {
+	struct uslab_cache *c;
+	void *objs[PER + 1];
+	struct slab *dry, *active;
+};
+
+static void thread_dry_exit(void *arg)
+{
+	struct dry_exit_arg *a = arg;
+
+	for (unsigned i = 0; i < PER + 1; i++)
+		REQUIRE((a->objs[i] = uslab_cache_alloc(a->c)) != NULL);
+	struct cpu_slab *cs = this_cpu_slab(a->c);
+	a->dry = ptr_to_slab(a->objs[0]);
+	a->active = ptr_to_slab(a->objs[PER]);
+	CHECK(cs->slab == a->active && cs->partial == a->dry && cs->nr_partial == 1);
+	CHECK(word_of(a->objs[0]).frozen && a->dry->owner == tls_heap);
+}
+
+static void test_exit_dry_full(void)
+{
+	struct uslab_cache *c = new_cache("t-dry-exit");
+	static struct dry_exit_arg a;
+
+	a.c = c;
+	run_in_thread(thread_dry_exit, &a);
+	struct word w = word_of(a.objs[0]);
+	CHECK(w.slab == a.dry);
+	CHECK(!w.frozen && !w.on_partial && w.freelist == NULL);   /* FULL */
+	CHECK_EQ(w.inuse, PER);
+	CHECK(a.dry->owner == NULL && a.dry->local_free == NULL);
+	w = word_of(a.objs[PER]);
+	CHECK(w.slab == a.active);
+	CHECK(!w.frozen && w.on_partial);
+	CHECK_EQ(w.inuse, 1);
+	CHECK(a.active->owner == NULL);
+	CHECK_EQ(nr_partial(c), 1);
+	CHECK_EQ(info_of(c).live_objects, PER + 1);
+	CHECK_EQ(uslab_cache_validate(c), 0);
+
+	/* a free into the FULL slab freezes it for the freer (#8) */
+	uslab_cache_free(c, a.objs[7]);
+	w = word_of(a.objs[0]);
+	CHECK(w.frozen && w.freelist == a.objs[7]);
+	CHECK_EQ(w.inuse, PER - 1);
+	CHECK(a.dry->owner == tls_heap && this_cpu_slab(c)->partial == a.dry);
+	CHECK_EQ(uslab_cache_validate(c), 0);
+	a.objs[7] = NULL;
+	finish(c, a.objs, PER + 1);
+}
+
 /* ---- thread exit: the exit flush unfreezes everything the thread held ------------------- */
 
 struct exit_arg {
@@ -1045,6 +1293,10 @@ int main(void)
 	test_partial_to_frozen_on_refill();
 	test_cpu_partial_overflow();
 	test_dry_active_stays_frozen();
+	test_dry_slab_remote_frees();
+	test_flush_dry_cpu_partial();
+	test_dry_overflow_drains();
+	test_exit_dry_full();
 	test_thread_exit_unfreezes();
 	test_validate_sees_damage();
 	puppet_stop(&other);

@@ -27,10 +27,7 @@
 
 /* ---- heaps ------------------------------------------------------------------- */
 
-static struct cpu_slab empty_chunk[CPU_CHUNK];
-static struct thread_heap empty_heap = {
-	.chunk = { [0 ... NR_CHUNKS - 1] = empty_chunk },
-};
+static struct thread_heap empty_heap;   /* all zero: no chunk in use */
 __thread struct thread_heap *tls_heap __attribute__((tls_model("initial-exec"))) = &empty_heap;
 
 static spinlock_t heaps_lock = SPINLOCK_INIT;
@@ -86,9 +83,7 @@ static struct thread_heap *heap_get(void)
 			spin_unlock(&heaps_lock);
 			return NULL;
 		}
-		h->chunk[0] = h->chunk0;
-		for (unsigned k = 1; k < NR_CHUNKS; k++)
-			h->chunk[k] = empty_chunk;
+		h->chunks_used = 1;   /* the kmalloc caches' */
 		h->next = heaps;
 		heaps = h;
 	}
@@ -106,14 +101,10 @@ struct cpu_slab *cpu_slab_get(struct uslab_cache *s)
 
 	if (!h)
 		return NULL;
-	if (unlikely(h->chunk[s->chunk] == empty_chunk)) {
-		struct cpu_slab *chunk = meta_alloc(sizeof(struct cpu_slab) * CPU_CHUNK);
-
-		if (!chunk)
-			return NULL;
+	if (unlikely(!heap_has_chunk(h, s))) {
 		/* heaps_lock: destroy/validate walk chunks of other heaps */
 		spin_lock(&heaps_lock);
-		h->chunk[s->chunk] = chunk;
+		h->chunks_used |= 1ull << s->chunk;
 		spin_unlock(&heaps_lock);
 	}
 	return heap_cpu_slab(h, s);
@@ -177,10 +168,10 @@ static void heap_flush_all(struct thread_heap *h)
 {
 	heap_runs_flush(h);
 	for (unsigned k = 0; k < NR_CHUNKS; k++) {
-		if (h->chunk[k] == empty_chunk)
+		if (!(h->chunks_used >> k & 1))
 			continue;
 		for (unsigned i = 0; i < CPU_CHUNK; i++) {
-			struct cpu_slab *c = &h->chunk[k][i];
+			struct cpu_slab *c = &h->cpu[k * CPU_CHUNK + i];
 			/* a thread that only frees may hold cached objects and no slab */
 			struct slab *any = c->slab ? c->slab : c->partial ? c->partial :
 					   c->freelist ? ptr_to_slab(c->freelist) : NULL;
@@ -210,7 +201,7 @@ static void heap_thread_exit(void *arg)
  * FULL), leaving its active slab alone. */
 void cache_drain_cpu_partial(struct uslab_cache *s)
 {
-	if (tls_heap != &empty_heap && tls_heap->chunk[s->chunk] != empty_chunk)
+	if (heap_has_chunk(tls_heap, s))
 		cpu_partial_drain(s, heap_cpu_slab(tls_heap, s));
 }
 
@@ -615,6 +606,11 @@ USLAB_API void uslab_cache_free(struct uslab_cache *cache, void *obj)
 	cache_free_fast(cache, obj);   /* NULL falls through to the slow path */
 }
 
+/* What uslab.h's inline fast paths call when theirs does not apply. */
+USLAB_API void *uslab__cache_alloc(struct uslab_cache *cache) __attribute__((alias("uslab_cache_alloc")));
+USLAB_API void uslab__cache_free(struct uslab_cache *cache, void *obj)
+	__attribute__((alias("uslab_cache_free")));
+
 USLAB_API size_t uslab_cache_alloc_bulk(struct uslab_cache *cache, size_t n, void **objs)
 {
 	for (size_t i = 0; i < n; i++) {
@@ -769,7 +765,8 @@ int cache_setup(struct uslab_cache *s, const char *name, size_t size, size_t ali
 	if (id >= 0) {
 		s->id = (unsigned)id;
 		s->chunk = (uint32_t)id / CPU_CHUNK;
-		s->cpu_offset = (uint32_t)(id % CPU_CHUNK) * sizeof(struct cpu_slab);
+		s->cpu_offset = (uint32_t)(offsetof(struct thread_heap, cpu) +
+					   (size_t)id * sizeof(struct cpu_slab));
 		s->next = caches;
 		caches = s;
 		/* last: cache_alloc_slow's acquire of objects sees the whole setup */
@@ -802,7 +799,7 @@ USLAB_API struct uslab_cache *uslab_cache_create(const char *name, size_t size, 
 static void flush_all_heaps(struct uslab_cache *s)
 {
 	for (struct thread_heap *h = heaps; h; h = h->next)
-		if (h->chunk[s->chunk] != empty_chunk)
+		if (heap_has_chunk(h, s))
 			cpu_slab_flush(s, heap_cpu_slab(h, s));
 }
 
@@ -831,7 +828,7 @@ static long own_private_objects(struct uslab_cache *s)
 	struct thread_heap *h = tls_heap;
 	long n = 0;
 
-	if (h == &empty_heap || h->chunk[s->chunk] == empty_chunk)
+	if (!heap_has_chunk(h, s))
 		return 0;
 	for (void *p = heap_cpu_slab(h, s)->freelist; p; p = fp_get(s, p))
 		n++;
@@ -873,7 +870,7 @@ USLAB_API void uslab_cache_shrink(struct uslab_cache *s)
 {
 	struct thread_heap *h = tls_heap;
 
-	if (h != &empty_heap && h->chunk[s->chunk] != empty_chunk) {
+	if (heap_has_chunk(h, s)) {
 		spin_lock(&heaps_lock);
 		cpu_slab_flush(s, heap_cpu_slab(h, s));
 		spin_unlock(&heaps_lock);
@@ -1002,7 +999,7 @@ static void validate_slab(struct slab *slab, void *arg)
 	if (!frozen && slab->local_free)
 		VPROBLEM(v, slab, "unfrozen with an owner-local freelist");
 	unsigned priv = walk_chain(v, slab, slab->local_free, seen, "owner-local", false);
-	if (owner && owner->chunk[s->chunk] != empty_chunk) {
+	if (owner && heap_has_chunk(owner, s)) {
 		struct cpu_slab *c = heap_cpu_slab(owner, s);
 		active = c->slab == slab;
 		if (active)
@@ -1143,7 +1140,7 @@ static void cache_report(struct uslab_cache *s, struct cache_report *r)
 		r->stat[i] = atomic_long_read(&s->stat[i]);
 	segment_for_each_slab(report_slab, &w);
 	struct thread_heap *h = tls_heap;
-	if (h != &empty_heap && h->chunk[s->chunk] != empty_chunk) {
+	if (heap_has_chunk(h, s)) {
 		struct cpu_slab *c = heap_cpu_slab(h, s);
 		long left = own_private_objects(s);
 

@@ -23,6 +23,7 @@
 #ifndef USLAB_INTERNAL_H
 #define USLAB_INTERNAL_H
 
+#define USLAB_BUILDING_LIBRARY 1   /* uslab.h: no inline fast paths in here */
 #include "uslab.h"
 #include "atomic.h"
 #include "dwcas.h"
@@ -59,7 +60,7 @@
 #define KMALLOC_IDS    64                     /* ids reserved for kmalloc caches */
 #define HEAP_RUNS      8                      /* large runs a thread keeps */
 #define HEAP_RUN_UNITS 256                    /* ... up to 4 MiB of them */
-#define CPU_CHUNK      64                     /* cpu slabs per per-thread chunk */
+#define CPU_CHUNK      64                     /* cpu slabs per page of a heap */
 #define NR_CHUNKS      (MAX_CACHES / CPU_CHUNK)
 
 #define round_up(x, a) (((x) + (a) - 1) & ~((uintptr_t)(a) - 1))
@@ -160,22 +161,39 @@ struct cpu_slab {
 	uint32_t pad;
 };
 _Static_assert(sizeof(struct cpu_slab) == 64, "one cpu slab per cache line");
+/* uslab.h's inline fast paths see these fields through its mirror structs */
+#define MIRRORS(T, f, U, g) \
+	_Static_assert(offsetof(T, f) == offsetof(U, g) && sizeof(((T *)0)->f) == sizeof(((U *)0)->g), \
+		       #T "." #f " moved: update " #U " in uslab.h")
+MIRRORS(struct cpu_slab, freelist, struct uslab_cpu_cache_, freelist);
+MIRRORS(struct cpu_slab, base, struct uslab_cpu_cache_, base);
+MIRRORS(struct cpu_slab, span, struct uslab_cpu_cache_, span);
+MIRRORS(struct cpu_slab, fast_frees, struct uslab_cpu_cache_, fast_frees);
+_Static_assert(sizeof(struct cpu_slab) == sizeof(struct uslab_cpu_cache_), "uslab_cpu_cache_ size");
 
+/*
+ * A thread's heap: one cpu slab per possible cache, at byte offset
+ * cache->cpu_offset (= id * 64), so the fast paths reach theirs with one
+ * load from the TLS pointer. 256 KiB of address space, mapped fresh: only
+ * the pages (chunks of 64 cpu slabs) of caches the thread uses are ever
+ * touched, and chunks_used says which, so walks never touch the others.
+ */
 struct thread_heap {
-	struct cpu_slab chunk0[CPU_CHUNK];   /* ids 0..63: the kmalloc caches */
-	struct cpu_slab *chunk[NR_CHUNKS];   /* chunk k holds caches k*64 .. k*64+63 */
+	struct cpu_slab cpu[MAX_CACHES];     /* ids 0..63: the kmalloc caches */
+	uint64_t chunks_used;                /* bit k: cpu[k*64 .. k*64+63] in use */
 	struct slab *runs[HEAP_RUNS];        /* freed large runs kept for reuse */
 	uint32_t run_units;                  /* units held in runs[] */
 	struct thread_heap *next;            /* all heaps, under heaps_lock */
 	int live;                            /* owned by a running thread */
 	int exited;                          /* its thread ran the exit flush */
 };
+_Static_assert(NR_CHUNKS <= 64, "chunks_used is one word");
 
 struct uslab_cache {
 	/* read by the fast paths */
-	uint32_t chunk;                /* heap->chunk[] index of this cache's cpu slab */
-	uint32_t cpu_offset;           /* its byte offset in that chunk */
+	uint32_t cpu_offset;           /* byte offset of its cpu slab in a heap: id * 64 */
 	uint32_t fp_offset;            /* free pointer offset inside an object slot */
+	uint32_t chunk;                /* id / 64: its bit in heap->chunks_used */
 	uint32_t stride;               /* bytes per object slot */
 	uint64_t stride_magic;         /* ceil(2^64 / stride): on_object_boundary() */
 
@@ -206,6 +224,8 @@ struct uslab_cache {
 	int dead;                      /* destroyed; set under the registry lock */
 	char name[32];
 };
+MIRRORS(struct uslab_cache, cpu_offset, struct uslab_cache_fast_, cpu_offset);
+MIRRORS(struct uslab_cache, fp_offset, struct uslab_cache_fast_, fp_offset);
 
 /* Slow paths only: a relaxed add; readers sum without a lock. */
 static inline void stat_add(struct uslab_cache *s, enum cache_stat id, long n)
@@ -367,11 +387,19 @@ void cache_shrink_partial(struct uslab_cache *s);
 
 /* ---- cache.c: per-thread heap access ---------------------------------------- */
 
-extern __thread struct thread_heap *tls_heap __attribute__((tls_model("initial-exec")));
+/* Exported (as uslab_tls_heap_) for the inline fast paths in uslab.h. */
+extern __thread struct thread_heap *tls_heap __asm__("uslab_tls_heap_")
+	__attribute__((tls_model("initial-exec"), visibility("default")));
 
 static inline struct cpu_slab *heap_cpu_slab(struct thread_heap *h, const struct uslab_cache *s)
 {
-	return (struct cpu_slab *)((char *)h->chunk[s->chunk] + s->cpu_offset);
+	return (struct cpu_slab *)((char *)h + s->cpu_offset);
+}
+
+/* Has h ever used the chunk of cpu slabs that holds s's? (else all zero) */
+static inline bool heap_has_chunk(const struct thread_heap *h, const struct uslab_cache *s)
+{
+	return h->chunks_used >> s->chunk & 1;
 }
 
 static inline struct cpu_slab *this_cpu_slab(const struct uslab_cache *s)

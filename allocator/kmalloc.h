@@ -20,7 +20,7 @@
 #include "internal.h"
 
 _Static_assert(sizeof(struct cpu_slab) == 1 << 6, "CPU_SLAB_SHIFT");
-_Static_assert(offsetof(struct thread_heap, chunk0) == 0, "chunk0 first");
+_Static_assert(offsetof(struct thread_heap, cpu) == 0, "cpu slabs first");
 
 #pragma GCC visibility push(hidden)
 
@@ -30,7 +30,7 @@ _Static_assert(offsetof(struct thread_heap, chunk0) == 0, "chunk0 first");
 
 extern struct uslab_cache kmalloc_caches[NR_CLASSES];
 /* For n <= 1024, entry (n + 7) / 8 is the class times sizeof(struct
- * cpu_slab): the byte offset of the class's cpu slab in heap->chunk0. */
+ * cpu_slab): the byte offset of the class's cpu slab in a heap. */
 extern const uint16_t kmalloc_small_off[129];
 #define CPU_SLAB_SHIFT 6
 extern const uint32_t kmalloc_class_size[NR_CLASSES];
@@ -78,7 +78,7 @@ static inline void *kmalloc(size_t n)
 	else
 		return malloc_large_or_huge(n, 0, NULL);
 
-	struct cpu_slab *c = (struct cpu_slab *)((char *)tls_heap->chunk0 + off);
+	struct cpu_slab *c = (struct cpu_slab *)((char *)tls_heap + off);
 	void *obj = c->freelist;
 
 	if (likely(obj)) {
@@ -114,7 +114,7 @@ static inline void kfree(void *p, const char *call)
 				struct uslab_cache *s = slab->cache;
 				/* a fresh load, so that the owner test above can compare
 				 * against memory instead of keeping the heap in a register */
-				struct cpu_slab *c = (struct cpu_slab *)((char *)READ_ONCE(tls_heap)->chunk0 +
+				struct cpu_slab *c = (struct cpu_slab *)((char *)READ_ONCE(tls_heap) +
 									 s->cpu_offset);
 				if (likely(c->foreign_left && p != c->freelist &&
 					   (s->foreign_owned || !READ_ONCE(slab->owner)))) {

@@ -38,11 +38,11 @@ struct uslab_cache;
 struct uslab_cache *uslab_cache_create(const char *name, size_t size, size_t align,
 				       unsigned flags, void (*ctor)(void *obj));
 
-/* One object, or NULL with errno = ENOMEM. */
+/* One object, or NULL with errno = ENOMEM. Inline (see below). */
 void *uslab_cache_alloc(struct uslab_cache *cache);
 
 /* Return obj (NULL is ignored). A pointer that is not an object of `cache`
- * is reported on stderr and the process aborts. */
+ * is reported on stderr and the process aborts. Inline (see below). */
 void uslab_cache_free(struct uslab_cache *cache, void *obj);
 
 /* Fill objs[0..n) and return n, or return 0 having allocated nothing. */
@@ -130,6 +130,79 @@ size_t uslab_mapped_bytes(void);
  * when no other thread is allocating meanwhile. */
 void uslab_stats_print(FILE *out);
 void uslab_stats_json(FILE *out);
+
+/* ---- the inline fast paths ------------------------------------------------
+ * uslab_cache_alloc and uslab_cache_free are also defined here, inline, so an
+ * allocation or a free of the calling thread's active slab costs a handful of
+ * instructions and no call: the thread's cpu slab for the cache is reached
+ * through one initial-exec TLS pointer, exactly as inside the library.
+ * Everything else (an empty freelist, an object of another slab, NULL, a
+ * double free of the freelist head, a thread with no heap yet) calls the
+ * library's uslab_cache_alloc/uslab_cache_free (as uslab__cache_alloc and
+ * uslab__cache_free), which repeat the fast path with its checks and take
+ * the slow path. The symbols stay exported, so the
+ * functions' addresses, dlsym and -O0 builds work as for any function.
+ *
+ * The structures below mirror the first fields of uslab's private ones (the
+ * library checks the offsets at compile time): they are part of the ABI of
+ * USLAB_VERSION_MAJOR. Define USLAB_NO_INLINE before including this header
+ * to always call the library; USLAB_INLINE_FAST_PATHS says whether a
+ * translation unit got the inline versions (GCC or Clang, optimising).
+ */
+struct uslab_cpu_cache_ {            /* per thread, per cache */
+	void *freelist;                  /* objects of the active slab, private */
+	unsigned long base, span;        /* the active slab's objects: [base, base + span) */
+	void *private_[3];
+	unsigned long long fast_frees;   /* frees pushed here (statistics) */
+	unsigned int private2_[2];
+};
+struct uslab_cache_fast_ {           /* the head of struct uslab_cache */
+	unsigned int cpu_offset;         /* byte offset of its cpu slab in a thread's heap */
+	unsigned int fp_offset;          /* where a free object keeps its next pointer */
+};
+
+#if !defined(USLAB_NO_INLINE) && !defined(USLAB_BUILDING_LIBRARY) && defined(__GNUC__) && \
+	defined(__OPTIMIZE__)
+#define USLAB_INLINE_FAST_PATHS 1
+extern __thread char *uslab_tls_heap_ __attribute__((tls_model("initial-exec")));
+
+#define USLAB_FAST_INLINE_ extern __inline __attribute__((__gnu_inline__, __always_inline__))
+/* the library's out-of-line functions (aliases of the two below) */
+void *uslab__cache_alloc(struct uslab_cache *cache);
+void uslab__cache_free(struct uslab_cache *cache, void *obj);
+
+/* the calling thread's cpu slab for the cache (the empty one before it has a heap) */
+#define USLAB_CPU_CACHE_(s) ((struct uslab_cpu_cache_ *)(void *)(uslab_tls_heap_ + (s)->cpu_offset))
+
+USLAB_FAST_INLINE_ void *uslab_cache_alloc(struct uslab_cache *cache)
+{
+	const struct uslab_cache_fast_ *s = (const struct uslab_cache_fast_ *)(const void *)cache;
+	struct uslab_cpu_cache_ *c = USLAB_CPU_CACHE_(s);
+	void *obj = c->freelist;
+
+	if (__builtin_expect(obj != 0, 1)) {
+		c->freelist = *(void **)(void *)((char *)obj + s->fp_offset);
+		return obj;
+	}
+	return uslab__cache_alloc(cache);   /* refill */
+}
+
+USLAB_FAST_INLINE_ void uslab_cache_free(struct uslab_cache *cache, void *obj)
+{
+	const struct uslab_cache_fast_ *s = (const struct uslab_cache_fast_ *)(const void *)cache;
+	struct uslab_cpu_cache_ *c = USLAB_CPU_CACHE_(s);
+
+	if (__builtin_expect((unsigned long)obj - c->base < c->span && obj != c->freelist, 1)) {
+		*(void **)(void *)((char *)obj + s->fp_offset) = c->freelist;
+		c->freelist = obj;
+		c->fast_frees++;
+		return;
+	}
+	uslab__cache_free(cache, obj);   /* checks, other slabs */
+}
+#undef USLAB_FAST_INLINE_
+#undef USLAB_CPU_CACHE_
+#endif
 
 #ifdef __cplusplus
 }

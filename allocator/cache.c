@@ -227,10 +227,12 @@ static void cpu_slab_activate(struct cpu_slab *c, struct uslab_cache *s, struct 
 	c->span = (uintptr_t)s->objects * s->stride;
 }
 
-/* The slab is frozen for this heap: from now on its owner's frees are local. */
-static void slab_set_owner(struct slab *slab, struct thread_heap *h)
+/* The slab is frozen for the calling thread's heap: from now on that
+ * thread's frees of its objects are local. */
+static void slab_set_owner(struct slab *slab)
 {
-	WRITE_ONCE(slab->owner, h);
+	WRITE_ONCE(slab->owner, tls_heap);
+	WRITE_ONCE(slab->owner_tp, thread_self());
 }
 
 /*
@@ -244,7 +246,7 @@ static void slab_release(struct uslab_cache *s, struct slab *slab, void *chain)
 	void *head = NULL, *tail = NULL;
 	unsigned n = 0;
 
-	WRITE_ONCE(slab->owner, NULL);
+	slab_clear_owner(slab);
 	for (void *p = chain; p; p = fp_get(s, p)) {
 		tail = p;
 		n++;
@@ -384,7 +386,7 @@ static void cpu_partial_put(struct uslab_cache *s, struct cpu_slab *c, struct sl
 {
 	if (c->nr_partial >= s->cpu_partial)
 		cpu_partial_drain(s, c);
-	slab_set_owner(slab, tls_heap);
+	slab_set_owner(slab);
 	slab->next = c->partial;
 	c->partial = slab;
 	c->nr_partial++;
@@ -493,7 +495,7 @@ void *cache_alloc_slow(struct uslab_cache *s)
 		freelist = (void *)slab->base;
 		count = s->objects;
 	}
-	slab_set_owner(slab, tls_heap);
+	slab_set_owner(slab);
 activate:
 	cpu_slab_activate(c, s, slab, freelist);
 supplied:
@@ -535,8 +537,7 @@ static noinline void free_remote(struct uslab_cache *s, struct slab *slab, void 
 static inline __attribute__((always_inline)) void
 free_local_or_remote(struct uslab_cache *s, struct slab *slab, void *obj)
 {
-	/* owner is only ever a real heap, never empty_heap */
-	if (READ_ONCE(slab->owner) == tls_heap) {
+	if (READ_ONCE(slab->owner_tp) == thread_self()) {
 		if (unlikely(obj == slab->local_free))
 			uslab_fatal("free", obj, "double free");
 		slab_local_push(slab, obj, s->fp_offset);

@@ -107,7 +107,8 @@ struct slab {
 	/* first cache line: everything malloc's free fast path reads */
 	struct slab *head;             /* head descriptor of this unit's run */
 	uintptr_t base;                /* first object */
-	struct thread_heap *owner;     /* heap that froze it (written by that heap only) */
+	uintptr_t owner_tp;            /* thread_self() of the thread whose heap froze it,
+					  0 when none (written by that thread only) */
 	void *local_free;              /* owner-only: its frees into this frozen slab */
 	uint64_t local_count;          /* owner-only: length of local_free */
 	uint64_t kfree_magic;          /* kmalloc slab: see object_index_magic(); else 0 */
@@ -116,12 +117,13 @@ struct slab {
 	/* second line: the coupled word and the lists */
 	dword_t xword;                 /* {freelist, counters}: dwcas only */
 	struct slab *next, *prev;      /* partial list (list_lock) or cpu-partial (owner) */
+	struct thread_heap *owner;     /* the heap that froze it, NULL when none */
 	uint16_t nunits;
 	uint8_t kind;
 	uint8_t on_partial;            /* on cache->partial; changed under list_lock */
 	uint32_t unit;                 /* index of this unit in its segment */
 	uint32_t span;                 /* objects * stride */
-	char pad[20];
+	char pad[12];
 };
 _Static_assert(offsetof(struct slab, xword) % 16 == 0, "the coupled word must be 16-aligned");
 _Static_assert(offsetof(struct slab, xword) == 64, "free-path fields share one cache line");
@@ -262,6 +264,12 @@ static inline void cpu_freelist_push(struct cpu_slab *c, void *obj, uint32_t fp_
 	c->fast_frees++;
 }
 
+static inline void slab_clear_owner(struct slab *slab)
+{
+	WRITE_ONCE(slab->owner_tp, 0);
+	WRITE_ONCE(slab->owner, NULL);
+}
+
 static inline void slab_local_push(struct slab *slab, void *obj, uint32_t fp_offset)
 {
 	*(void **)((char *)obj + fp_offset) = slab->local_free;
@@ -284,7 +292,9 @@ static inline bool segment_is_registered(uintptr_t p)
 
 	if (unlikely(idx >= REG_SEGMENTS))
 		return false;
-	return READ_ONCE(seg_registry[idx]) != 0;
+	/* a plain load, so that it folds into a compare: the byte of a
+	 * segment holding p was written before p was handed out */
+	return seg_registry[idx] != 0;
 }
 
 static inline struct segment *ptr_segment(const void *p)
@@ -302,6 +312,9 @@ static inline struct slab *segment_desc_head(uintptr_t seg, const void *p)
 {
 	/* &desc[unit]: the unit index times sizeof(struct slab), in one mask */
 	uintptr_t off = ((uintptr_t)p >> (UNIT_SHIFT - 7)) & ((SEG_UNITS - 1) << 7);
+	/* hide that seg and off share no bits, or GCC ORs them and misses
+	 * the base + index addressing that makes the add free */
+	__asm__("" : "+r"(off));
 	struct slab *d = (struct slab *)(seg + offsetof(struct segment, desc) + off);
 
 	return READ_ONCE(d->head);
@@ -386,6 +399,25 @@ bool __slab_free(struct uslab_cache *s, struct slab *slab, void *head, void *tai
 void cache_shrink_partial(struct uslab_cache *s);
 
 /* ---- cache.c: per-thread heap access ---------------------------------------- */
+
+/*
+ * The calling thread's identity as the free fast path compares it with
+ * slab->owner_tp: the thread pointer, one %fs-relative operand on x86-64 (no
+ * GOT load as for tls_heap). Unique among live threads; a new thread may
+ * reuse a dead one's, which is harmless because a thread's exit flush
+ * unfreezes every slab it owned (and a fork child's threads may inherit the
+ * value of a thread that did not survive the fork, whose slabs are then as
+ * unreachable as before: see process.c).
+ */
+static inline uintptr_t thread_self(void)
+{
+#if defined(__has_builtin) && __has_builtin(__builtin_thread_pointer)
+	return (uintptr_t)__builtin_thread_pointer();
+#else
+	extern __thread struct thread_heap *tls_heap_addr __asm__("uslab_tls_heap_");
+	return (uintptr_t)&tls_heap_addr;   /* also unique per thread */
+#endif
+}
 
 /* Exported (as uslab_tls_heap_) for the inline fast paths in uslab.h. */
 extern __thread struct thread_heap *tls_heap __asm__("uslab_tls_heap_")

@@ -23,18 +23,31 @@
 
 struct uslab_cache kmalloc_caches[NR_CLASSES];
 
-/* size_class() for n <= 1024, as cpu-slab offsets: entry (n + 7) / 8 */
+/* size_class() for n <= 1024, as cpu-slab offsets, indexed by n itself: 2 KiB
+ * (a line covers 32 sizes), and no rounding instructions on the fast path */
 #define C(cls) ((cls) << CPU_SLAB_SHIFT)
-const uint16_t kmalloc_small_off[129] = {
-	C(0), C(0), C(1), C(2), C(2), C(3), C(3), C(4), C(4), C(5), C(5), C(6), C(6), C(7), C(7), C(8),
-	C(8), C(9), C(9), C(9), C(9), C(10), C(10), C(10), C(10), C(11), C(11), C(11), C(11), C(12), C(12), C(12),
-	C(12), C(13), C(13), C(13), C(13), C(13), C(13), C(13), C(13), C(14), C(14), C(14), C(14), C(14), C(14), C(14),
-	C(14), C(15), C(15), C(15), C(15), C(15), C(15), C(15), C(15), C(16), C(16), C(16), C(16), C(16), C(16), C(16),
-	C(16), C(17), C(17), C(17), C(17), C(17), C(17), C(17), C(17), C(17), C(17), C(17), C(17), C(17), C(17), C(17),
-	C(17), C(18), C(18), C(18), C(18), C(18), C(18), C(18), C(18), C(18), C(18), C(18), C(18), C(18), C(18), C(18),
-	C(18), C(19), C(19), C(19), C(19), C(19), C(19), C(19), C(19), C(19), C(19), C(19), C(19), C(19), C(19), C(19),
-	C(19), C(20), C(20), C(20), C(20), C(20), C(20), C(20), C(20), C(20), C(20), C(20), C(20), C(20), C(20), C(20),
-	C(20),
+const uint16_t kmalloc_small_off[1025] __attribute__((aligned(CACHE_LINE))) = {
+	[0 ... 8] = C(0),
+	[9 ... 16] = C(1),
+	[17 ... 32] = C(2),
+	[33 ... 48] = C(3),
+	[49 ... 64] = C(4),
+	[65 ... 80] = C(5),
+	[81 ... 96] = C(6),
+	[97 ... 112] = C(7),
+	[113 ... 128] = C(8),
+	[129 ... 160] = C(9),
+	[161 ... 192] = C(10),
+	[193 ... 224] = C(11),
+	[225 ... 256] = C(12),
+	[257 ... 320] = C(13),
+	[321 ... 384] = C(14),
+	[385 ... 448] = C(15),
+	[449 ... 512] = C(16),
+	[513 ... 640] = C(17),
+	[641 ... 768] = C(18),
+	[769 ... 896] = C(19),
+	[897 ... 1024] = C(20),
 };
 #undef C
 
@@ -433,8 +446,8 @@ noinline void kfree_slow(void *p, const char *call)
 		free_invalid(p, call);
 	if (unlikely(s->id >= KMALLOC_IDS))
 		uslab_fatal(call, p, "pointer from uslab_cache_alloc");
-	struct thread_heap *owner = READ_ONCE(slab->owner);
-	if (owner == tls_heap) {
+	uintptr_t owner = READ_ONCE(slab->owner_tp);
+	if (owner == thread_self()) {
 		if (unlikely(p == slab->local_free))
 			uslab_fatal(call, p, "double free");
 		slab_free_slow(s, slab, p);

@@ -29,9 +29,9 @@ _Static_assert(offsetof(struct thread_heap, cpu) == 0, "cpu slabs first");
 #define NR_CLASSES  41
 
 extern struct uslab_cache kmalloc_caches[NR_CLASSES];
-/* For n <= 1024, entry (n + 7) / 8 is the class times sizeof(struct
- * cpu_slab): the byte offset of the class's cpu slab in a heap. */
-extern const uint16_t kmalloc_small_off[129];
+/* For n <= 1024, entry n is the class times sizeof(struct cpu_slab): the
+ * byte offset of the class's cpu slab in a heap. */
+extern const uint16_t kmalloc_small_off[1025];
 #define CPU_SLAB_SHIFT 6
 extern const uint32_t kmalloc_class_size[NR_CLASSES];
 
@@ -46,7 +46,7 @@ static inline unsigned size_class_above_1k(size_t n)
 static inline unsigned size_class(size_t n)
 {
 	if (likely(n <= 1024))
-		return kmalloc_small_off[(n + 7) >> 3] >> CPU_SLAB_SHIFT;
+		return kmalloc_small_off[n] >> CPU_SLAB_SHIFT;
 	return size_class_above_1k(n);
 }
 
@@ -72,7 +72,7 @@ static inline void *kmalloc(size_t n)
 	uintptr_t off;
 
 	if (likely(n <= 1024))
-		off = kmalloc_small_off[(n + 7) >> 3];
+		off = kmalloc_small_off[n];
 	else if (likely(n <= SMALL_MAX))
 		off = (uintptr_t)size_class_above_1k(n) << CPU_SLAB_SHIFT;
 	else
@@ -105,7 +105,7 @@ static inline void kfree(void *p, const char *call)
 		uintptr_t off = (uintptr_t)p - slab->base;
 
 		if (likely(off * slab->kfree_magic < slab->kfree_limit)) {
-			if (likely(READ_ONCE(slab->owner) == tls_heap)) {
+			if (likely(READ_ONCE(slab->owner_tp) == thread_self())) {
 				if (likely(p != slab->local_free)) {
 					slab_local_push(slab, p, 0);
 					return;
@@ -117,7 +117,7 @@ static inline void kfree(void *p, const char *call)
 				struct cpu_slab *c = (struct cpu_slab *)((char *)READ_ONCE(tls_heap) +
 									 s->cpu_offset);
 				if (likely(c->foreign_left && p != c->freelist &&
-					   (s->foreign_owned || !READ_ONCE(slab->owner)))) {
+					   (s->foreign_owned || !READ_ONCE(slab->owner_tp)))) {
 					c->foreign_left--;
 					cpu_freelist_push(c, p, 0);
 					return;

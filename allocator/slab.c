@@ -68,7 +68,8 @@ struct slab *slab_new(struct uslab_cache *s)
 	slab->next = slab->prev = NULL;
 	slab->on_partial = 0;
 	slab->local_free = NULL;
-	WRITE_ONCE(slab->owner, NULL);
+	slab->local_count = 0;
+	slab_clear_owner(slab);
 	slab->span = s->objects * s->stride;
 	/* malloc's free fast path accepts only kmalloc objects */
 	if (s->id < KMALLOC_IDS)

@@ -37,8 +37,9 @@ int main(void)
 	}
 	CHECK_EQ(size_class(0), 0);
 	/* the malloc fast path's table: offsets of the class's cpu slab */
+	CHECK_EQ(kmalloc_small_off[0], 0);
 	for (size_t n = 1; n <= 1024; n++)
-		CHECK_EQ(kmalloc_small_off[(n + 7) >> 3],
+		CHECK_EQ(kmalloc_small_off[n],
 			 model_class(n) * sizeof(struct cpu_slab));
 	return test_done("kmalloc_classes_unit");
 }

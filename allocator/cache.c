@@ -531,19 +531,29 @@ static noinline void free_remote(struct uslab_cache *s, struct slab *slab, void 
 
 /*
  * Free outside the active slab, the slab already looked up: a local push if
- * this thread froze the slab, else one dwcas on it (which may freeze a FULL
- * slab for us, onto our cpu-partial list).
+ * this thread froze the slab; else onto this thread's cpu freelist as a
+ * foreign object (slab_free_cached: reused here, or given back to its slab
+ * in runs, one dwcas per run, when the budget is spent); else — objects
+ * under a cache line of a slab another thread owns, which go home so that
+ * two threads never write one line, and caches made USLAB_REMOTE_IMMEDIATE —
+ * one dwcas on the slab (which may freeze a FULL slab for us, onto our
+ * cpu-partial list).
  */
 static inline __attribute__((always_inline)) void
 free_local_or_remote(struct uslab_cache *s, struct slab *slab, void *obj)
 {
-	if (READ_ONCE(slab->owner_tp) == thread_self()) {
+	uintptr_t owner = READ_ONCE(slab->owner_tp);
+
+	if (owner == thread_self()) {
 		if (unlikely(obj == slab->local_free))
 			uslab_fatal("free", obj, "double free");
 		slab_local_push(slab, obj, s->fp_offset);
 		return;
 	}
-	free_remote(s, slab, obj);
+	if ((owner && !s->foreign_owned) || (s->flags & USLAB_REMOTE_IMMEDIATE))
+		free_remote(s, slab, obj);
+	else
+		slab_free_cached(s, slab, obj);
 }
 
 void slab_free_slow(struct uslab_cache *s, struct slab *slab, void *obj)
@@ -723,7 +733,7 @@ int cache_setup(struct uslab_cache *s, const char *name, size_t size, size_t ali
 	size_t slot;
 
 	if (size == 0 || size > CACHE_MAX_SIZE || (align & (align - 1)) ||
-	    align > os_page_size() || (flags & ~USLAB_HWCACHE_ALIGN))
+	    align > os_page_size() || (flags & ~(USLAB_HWCACHE_ALIGN | USLAB_REMOTE_IMMEDIATE)))
 		return EINVAL;
 	dwcas_init();
 	options_init();

@@ -446,16 +446,9 @@ noinline void kfree_slow(void *p, const char *call)
 		free_invalid(p, call);
 	if (unlikely(s->id >= KMALLOC_IDS))
 		uslab_fatal(call, p, "pointer from uslab_cache_alloc");
-	uintptr_t owner = READ_ONCE(slab->owner_tp);
-	if (owner == thread_self()) {
-		if (unlikely(p == slab->local_free))
-			uslab_fatal(call, p, "double free");
-		slab_free_slow(s, slab, p);
-	} else if (owner && !s->foreign_owned) {
-		slab_free_slow(s, slab, p);     /* small objects go home: no false sharing */
-	} else {
-		slab_free_cached(s, slab, p);   /* flushes, or makes the heap, then caches */
-	}
+	/* owner-local, cached as foreign (flushing, or making the heap, first),
+	 * or home at once for small objects of another thread's slab */
+	slab_free_slow(s, slab, p);
 }
 
 /* Bytes the caller may use at p; 0 for NULL. Aborts on a foreign pointer. */

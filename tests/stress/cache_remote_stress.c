@@ -38,6 +38,7 @@ struct kind {
 	const char *name;
 	size_t size;               /* a multiple of 8 */
 	bool ctor;
+	unsigned flags;            /* uslab_cache_create's */
 };
 
 #define CTOR_SIZE  48
@@ -45,10 +46,13 @@ struct kind {
 #define CTOR_FILL  0x6363636363636363ull
 
 static const struct kind kinds[] = {
-	{ "8", 8, false },
-	{ "48+ctor", CTOR_SIZE, true },
-	{ "1024", 1024, false },
-	{ "5000", 5000, false },
+	{ "8", 8, false, 0 },
+	{ "48+ctor", CTOR_SIZE, true, 0 },
+	{ "1024", 1024, false, 0 },
+	{ "5000", 5000, false, 0 },
+	/* every remote free is one dwcas at once; the kinds above cache other
+	 * threads' objects of a cache line or more and flush them in runs */
+	{ "256+immediate", 256, false, USLAB_REMOTE_IMMEDIATE },
 };
 
 static inline uint64_t pattern(const void *p, size_t size, size_t i)
@@ -216,7 +220,8 @@ static void ring_producer_done(struct ring *r)
 
 static struct uslab_cache *phase_cache(const struct kind *k)
 {
-	struct uslab_cache *c = uslab_cache_create(k->name, k->size, 0, 0, k->ctor ? obj_ctor : NULL);
+	struct uslab_cache *c = uslab_cache_create(k->name, k->size, 0, k->flags,
+						   k->ctor ? obj_ctor : NULL);
 
 	REQUIRE(c != NULL);
 	return c;

@@ -293,9 +293,12 @@ static void check_live(struct uslab_cache *c, size_t exact, size_t held, int lin
 }
 #define CHECK_LIVE(c, exact, held) check_live(c, exact, held, __LINE__)
 
+/* USLAB_REMOTE_IMMEDIATE: a remote free here is the one dwcas whose effect
+ * the steps check (without it, objects of a cache line or more are cached by
+ * the freeing thread first; test_cached_remote_frees covers that) */
 static struct uslab_cache *new_cache(const char *name)
 {
-	struct uslab_cache *c = uslab_cache_create(name, OBJ_SIZE, 0, 0, NULL);
+	struct uslab_cache *c = uslab_cache_create(name, OBJ_SIZE, 0, USLAB_REMOTE_IMMEDIATE, NULL);
 
 	REQUIRE(c != NULL);
 	REQUIRE(c->objects == PER);
@@ -1274,6 +1277,50 @@ static void test_validate_sees_damage(void)
 	finish(c, objs, 4);
 }
 
+/* ---- the default: another thread's objects wait on the freer's list (#2b) ----------- */
+
+static void test_cached_remote_frees(void)
+{
+	struct uslab_cache *c = uslab_cache_create("t-cached", OBJ_SIZE, 0, 0, NULL);
+	static void *objs[PER / 2];
+
+	REQUIRE(c != NULL);
+	other_do(job_alloc, c, objs, PER / 2);        /* the puppet's active slab */
+	struct word w0 = word_of(objs[0]);
+	CHECK(w0.frozen);
+	CHECK_EQ(w0.inuse, PER);
+
+	uslab_cache_free(c, objs[3]);
+	uslab_cache_free(c, objs[4]);
+	struct word w = word_of(objs[0]);
+	CHECK(w.frozen && w.freelist == w0.freelist);   /* the word is untouched */
+	CHECK_EQ(w.inuse, PER);
+	struct cpu_slab *cs = this_cpu_slab(c);
+	CHECK(cs->slab == NULL && cs->freelist == objs[4] && fp_get(c, objs[4]) == objs[3]);
+	CHECK_EQ(cs->foreign_left, c->foreign_max - 2);
+	CHECK_EQ(uslab_cache_validate(c), 0);
+	CHECK_LIVE(c, PER / 2 - 2, PER / 2);          /* the puppet holds PER / 2 */
+
+	void *x = uslab_cache_alloc(c);               /* reused here, last freed first */
+	CHECK(x == objs[4]);
+	CHECK(this_cpu_slab(c)->freelist == objs[3]);
+
+	uslab_thread_flush();                         /* the rest goes home, one dwcas */
+	w = word_of(objs[0]);
+	CHECK(w.frozen && w.freelist == objs[3] && fp_get(c, objs[3]) == w0.freelist);
+	CHECK_EQ(w.inuse, PER - 1);
+	CHECK(this_cpu_slab(c)->freelist == NULL);
+	CHECK_EQ(uslab_cache_validate(c), 0);
+	CHECK_LIVE(c, PER / 2 - 1, PER / 2);
+
+	uslab_cache_free(c, x);
+	uslab_thread_flush();
+	objs[3] = objs[4] = NULL;
+	other_do(job_free, c, objs, PER / 2);
+	CHECK_EQ(uslab_cache_validate(c), 0);
+	CHECK_EQ(uslab_cache_destroy(c), 0);   /* flushes the puppet's cpu slab */
+}
+
 int main(void)
 {
 	printf("dwcas path: %s\n", uslab_dwcas_path());
@@ -1298,6 +1345,7 @@ int main(void)
 	test_dry_overflow_drains();
 	test_exit_dry_full();
 	test_thread_exit_unfreezes();
+	test_cached_remote_frees();
 	test_validate_sees_damage();
 	puppet_stop(&other);
 	return test_done("slab_transitions_unit");

@@ -378,6 +378,8 @@ bool segment_resize_units(struct slab *head, unsigned nunits);
 size_t segment_mapped_bytes(void);
 void segment_give_back(struct segment *seg);
 void segment_release_empty_over(unsigned keep);       /* unmap empty segments */
+void segment_note_outside(long delta);                /* huge bytes in use: +/- */
+size_t dirty_budget(void);                            /* free committed bytes to keep */
 void segment_lock_all(void);                          /* fork: hold seg_lock */
 void segment_unlock_all(bool child);
 /* Visit every slab and large-block head (seg_lock held during the walk;

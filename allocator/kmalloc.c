@@ -98,6 +98,7 @@ struct huge {
 	uintptr_t map;         /* mapping start */
 	size_t map_len;
 	size_t align;
+	unsigned long origin;  /* see huge_cache: ranges of one mapping share it */
 };
 
 static spinlock_t huge_lock = SPINLOCK_INIT;
@@ -165,6 +166,7 @@ static bool __huge_insert(const struct huge *h, bool force)
 	huge_used++;
 	spin_unlock(&huge_lock);
 	atomic_long_add((long)h->map_len, &huge_bytes);
+	segment_note_outside((long)h->map_len);
 	atomic_long_inc(&huge_count);
 	return true;
 }
@@ -188,6 +190,7 @@ static bool huge_remove(uintptr_t a, struct huge *out)
 	spin_unlock(&huge_lock);
 	if (h) {
 		atomic_long_sub((long)out->map_len, &huge_bytes);
+		segment_note_outside(-(long)out->map_len);
 		atomic_long_dec(&huge_count);
 	}
 	return h != NULL;
@@ -203,31 +206,50 @@ static bool huge_lookup(uintptr_t a, struct huge *out)
 	return h != NULL;
 }
 
-/* ---- recently freed huge mappings, kept for reuse --------------------------
+/* ---- freed huge memory, kept for reuse --------------------------------------
  * A program that churns multi-megabyte buffers would otherwise pay a munmap
- * and a page fault per page on every cycle. Up to USLAB_DIRTY_MAX bytes of
- * freed mappings wait here (huge_lock) for the next huge request, which
- * trims or grows one to size; entries older than USLAB_DECAY_MS are unmapped
- * by the next huge allocation or free, and all of them by malloc_trim. */
-#define HUGE_CACHE_SLOTS 16
+ * and a page fault per page on every cycle. Freed huge mappings wait here
+ * (huge_lock), still committed, for the next huge request:
+ *  - best fit: the smallest cached range that holds the request gives its
+ *    head, and its tail stays cached (no system call, no fault);
+ *  - else a fresh mapping (see huge_cache_take for why not mremap);
+ *  - a freed range joins the cached ranges next to it that come from the
+ *    same mapping (same origin: an address range carved from one mmap or
+ *    mremap result and never moved, so the joined range is still one VMA
+ *    and mremap works on it), so freed pieces become one big range again.
+ * The cache holds at most dirty_budget() bytes (oldest ranges unmapped
+ * first); ranges older than USLAB_DECAY_MS are unmapped by the next huge
+ * free, and all of them by malloc_trim.
+ */
+#define HUGE_CACHE_SLOTS 32
 
-static struct {
+
+static struct huge_free {
 	uintptr_t map;     /* 0: empty slot */
 	size_t len;
+	unsigned long origin;
 	uint64_t freed_ms;
 } huge_cache[HUGE_CACHE_SLOTS];
 static size_t huge_cached_bytes;
+static atomic_long_t huge_origins;
+
+/* A new origin: for every fresh mapping, and for a range mremap moved. */
+static unsigned long huge_new_origin(void)
+{
+	return (unsigned long)atomic_long_inc_return_relaxed(&huge_origins);
+}
 
 /*
- * A cached mapping for a request of len bytes: the smallest that holds len
- * (whole if at most twice len: its committed pages are the point; else its
- * tail unmapped), or the largest, grown with mremap (its pages move with it,
- * only the new ones fault). *got is its length; 0 if none or mremap fails.
+ * Cached memory for a request of len bytes (a multiple of the page size):
+ * the head of the smallest cached range that holds it; 0 if none does.
+ * *origin is the returned range's origin.
  */
-static uintptr_t huge_cache_take(size_t len, size_t *got)
+static uintptr_t huge_cache_take(size_t len, unsigned long *origin)
 {
 	int best = -1;
 
+	if (!READ_ONCE(huge_cached_bytes))
+		return 0;
 	spin_lock(&huge_lock);
 	for (int i = 0; i < HUGE_CACHE_SLOTS; i++) {
 		if (!huge_cache[i].map)
@@ -236,79 +258,113 @@ static uintptr_t huge_cache_take(size_t len, size_t *got)
 		if (best < 0 || (l >= len ? (b < len || l < b) : (b < len && l > b)))
 			best = i;
 	}
-	uintptr_t map = 0;
-	size_t have = 0;
-	if (best >= 0) {
-		map = huge_cache[best].map;
-		have = huge_cache[best].len;
-		huge_cache[best].map = 0;
-		WRITE_ONCE(huge_cached_bytes, huge_cached_bytes - have);
-	}
-	spin_unlock(&huge_lock);
-	if (!map)
-		return 0;   /* *got untouched */
-	*got = have;
-	if (have == len)
-		return map;
-	if (have > len) {
-		if (have / 2 > len) {
-			os_unmap((void *)(map + len), have - len);
-			*got = len;
-		}
-		return map;
-	}
-	*got = len;
-	void *q = mremap((void *)map, have, len, MREMAP_MAYMOVE);
-	if (q == MAP_FAILED) {
-		os_unmap((void *)map, have);
+	/* None big enough: growing one with mremap would move its pages unless
+	 * the addresses after it are free, and touching moved pages is slow
+	 * under a hypervisor that shadows page tables (measured: slower than
+	 * fresh pages); a fresh mapping then, and the cached ranges wait. */
+	if (best < 0 || huge_cache[best].len < len) {
+		spin_unlock(&huge_lock);
 		return 0;
 	}
-	return (uintptr_t)q;
+	struct huge_free e = huge_cache[best];
+	if (e.len > len) {   /* the head goes out, the tail stays */
+		huge_cache[best].map += len;
+		huge_cache[best].len -= len;
+		e.len = len;
+	} else {
+		huge_cache[best].map = 0;
+	}
+	WRITE_ONCE(huge_cached_bytes, huge_cached_bytes - e.len);
+	spin_unlock(&huge_lock);
+	*origin = e.origin;
+	return e.map;
 }
 
-/* Unmap cached mappings freed at or before `older_than` (ms). */
-static void huge_cache_expire(uint64_t older_than)
+/* Take cached ranges freed at or before `older_than` (ms) out of the cache
+ * into victims (huge_lock held); returns how many. */
+static int huge_cache_expire_locked(uint64_t older_than, struct huge_free *victims)
 {
-	struct { uintptr_t map; size_t len; } victims[HUGE_CACHE_SLOTS];
 	int n = 0;
 
-	if (!READ_ONCE(huge_cached_bytes))
-		return;
-	spin_lock(&huge_lock);
 	for (int i = 0; i < HUGE_CACHE_SLOTS; i++) {
 		if (huge_cache[i].map && huge_cache[i].freed_ms <= older_than) {
-			victims[n].map = huge_cache[i].map;
-			victims[n++].len = huge_cache[i].len;
+			victims[n++] = huge_cache[i];
 			WRITE_ONCE(huge_cached_bytes, huge_cached_bytes - huge_cache[i].len);
 			huge_cache[i].map = 0;
 		}
 	}
-	spin_unlock(&huge_lock);
-	for (int i = 0; i < n; i++)
-		os_unmap((void *)victims[i].map, victims[i].len);
+	return n;
 }
 
-/* Keep a freed mapping if it fits the budget; false: the caller unmaps it. */
-static bool huge_cache_put(uintptr_t map, size_t len)
+static void huge_unmap_all(const struct huge_free *v, int n)
 {
-	uint64_t now = os_now_ms();
-	bool kept = false;
+	for (int i = 0; i < n; i++)
+		os_unmap((void *)v[i].map, v[i].len);
+}
 
-	huge_cache_expire(now > (uint64_t)option(OPT_DECAY_MS) ? now - (uint64_t)option(OPT_DECAY_MS) : 0);
+/* Unmap cached ranges freed at or before `older_than` (ms). */
+static void huge_cache_expire(uint64_t older_than)
+{
+	struct huge_free victims[HUGE_CACHE_SLOTS];
+	int n;
+
+	if (!READ_ONCE(huge_cached_bytes))
+		return;
 	spin_lock(&huge_lock);
-	if (huge_cached_bytes + len <= (size_t)option(OPT_DIRTY_MAX)) {
-		for (int i = 0; i < HUGE_CACHE_SLOTS && !kept; i++) {
-			if (!huge_cache[i].map) {
-				huge_cache[i].map = map;
-				huge_cache[i].len = len;
-				huge_cache[i].freed_ms = now;
-				WRITE_ONCE(huge_cached_bytes, huge_cached_bytes + len);
-				kept = true;
-			}
+	n = huge_cache_expire_locked(older_than, victims);
+	spin_unlock(&huge_lock);
+	huge_unmap_all(victims, n);
+}
+
+/* Keep a freed mapping for reuse, or unmap it (or older ones) to stay
+ * within the budget. */
+static void huge_cache_put(uintptr_t map, size_t len, unsigned long origin)
+{
+	struct huge_free victims[HUGE_CACHE_SLOTS + 1];
+	uint64_t now = os_now_ms(), decay = (uint64_t)option(OPT_DECAY_MS);
+	size_t cap = dirty_budget();
+	int n, slot = -1;
+
+	spin_lock(&huge_lock);
+	n = huge_cache_expire_locked(now > decay ? now - decay : 0, victims);
+	for (int i = 0; i < HUGE_CACHE_SLOTS; i++) {
+		struct huge_free *e = &huge_cache[i];
+
+		if (!e->map || e->origin != origin)
+			continue;
+		if (e->map + e->len == map)
+			map = e->map;
+		else if (map + len != e->map)
+			continue;
+		len += e->len;   /* joined: one range of one mapping */
+		WRITE_ONCE(huge_cached_bytes, huge_cached_bytes - e->len);
+		e->map = 0;
+	}
+	/* room: unmap the oldest ranges while the budget or the slots are short */
+	for (;;) {
+		int oldest = -1;
+
+		slot = -1;
+		for (int i = 0; i < HUGE_CACHE_SLOTS; i++) {
+			if (!huge_cache[i].map)
+				slot = i;
+			else if (oldest < 0 || huge_cache[i].freed_ms < huge_cache[oldest].freed_ms)
+				oldest = i;
 		}
+		if (len > cap || (slot >= 0 && huge_cached_bytes + len <= cap) || oldest < 0)
+			break;
+		victims[n++] = huge_cache[oldest];
+		WRITE_ONCE(huge_cached_bytes, huge_cached_bytes - huge_cache[oldest].len);
+		huge_cache[oldest].map = 0;
+	}
+	if (len <= cap && slot >= 0) {
+		huge_cache[slot] = (struct huge_free){ map, len, origin, now };
+		WRITE_ONCE(huge_cached_bytes, huge_cached_bytes + len);
+	} else {
+		victims[n++] = (struct huge_free){ map, len, origin, now };
 	}
 	spin_unlock(&huge_lock);
-	return kept;
+	huge_unmap_all(victims, n);
 }
 
 size_t kmalloc_huge_cached_bytes(void)
@@ -321,6 +377,7 @@ static void *huge_alloc(size_t n, size_t align, bool *zeroed)
 	size_t page = os_page_size();
 	size_t len = round_up(n, page);
 	struct huge h;
+	unsigned long origin;
 	void *p;
 
 	if (len < n) {
@@ -328,7 +385,7 @@ static void *huge_alloc(size_t n, size_t align, bool *zeroed)
 		return NULL;
 	}
 	*zeroed = true;
-	if (align <= page && (p = (void *)huge_cache_take(len, &len)) != NULL) {
+	if (align <= page && (p = (void *)huge_cache_take(len, &origin)) != NULL) {
 		*zeroed = false;
 		align = page;
 	} else if (align <= page) {
@@ -338,12 +395,15 @@ static void *huge_alloc(size_t n, size_t align, bool *zeroed)
 			return NULL;
 		}
 		align = page;
+		origin = huge_new_origin();
 	} else {
 		p = os_map_aligned(len, align);
 		if (!p)
 			return NULL;
+		origin = huge_new_origin();
 	}
-	h = (struct huge){ .addr = (uintptr_t)p, .map = (uintptr_t)p, .map_len = len, .align = align };
+	h = (struct huge){ .addr = (uintptr_t)p, .map = (uintptr_t)p, .map_len = len, .align = align,
+			   .origin = origin };
 	if (!huge_insert(&h)) {
 		os_unmap(p, len);
 		errno = ENOMEM;
@@ -422,8 +482,10 @@ void free_nonsmall(void *p, struct slab *slab, const char *call)
 	}
 	if (!huge_remove((uintptr_t)p, &h))
 		free_invalid(p, call);
-	if (h.align > os_page_size() || !huge_cache_put(h.map, h.map_len))
+	if (h.align > os_page_size())
 		os_unmap((void *)h.map, h.map_len);
+	else
+		huge_cache_put(h.map, h.map_len, h.origin);
 }
 
 /*
@@ -506,6 +568,8 @@ void *kmalloc_resize(void *p, size_t n)
 	void *q = mremap((void *)h.map, h.map_len, len, MREMAP_MAYMOVE);
 	struct huge nh = h;
 	if (q != MAP_FAILED) {
+		if ((uintptr_t)q != h.map)   /* moved: a VMA of its own */
+			nh.origin = huge_new_origin();
 		nh.addr = nh.map = (uintptr_t)q;
 		nh.map_len = len;
 	}

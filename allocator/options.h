@@ -26,7 +26,11 @@
 	  "free units unused this long (ms) are given back to the OS with madvise")          \
 	X(DIRTY_MAX, "USLAB_DIRTY_MAX", SIZE, 64 << 20,                                      \
 	  "free but still committed memory (units; separately, huge mappings kept for "     \
-	  "reuse) above this is given back at once")                                         \
+	  "reuse) above this, or above USLAB_DIRTY_PERCENT of the memory in use if that "   \
+	  "is more, is given back at once")                                                  \
+	X(DIRTY_PERCENT, "USLAB_DIRTY_PERCENT", INT, 300,                                    \
+	  "free but still committed memory may grow to this percentage of the memory in "   \
+	  "use, when that is more than USLAB_DIRTY_MAX")                                     \
 	X(RESERVE_SEGMENTS, "USLAB_RESERVE_SEGMENTS", INT, 1,                                \
 	  "wholly empty 4 MiB segments kept mapped for reuse")                               \
 	X(CPU_PARTIAL, "USLAB_CPU_PARTIAL", INT, 0,                                          \

@@ -161,8 +161,8 @@ static void units_give(struct segment *seg, unsigned first, unsigned n, bool dir
 		nr_empty_segments++;
 }
 
-/* First fit run of n units set in map (free_map, or dirty_map for runs
- * still committed); SEG_UNITS when there is none. */
+/* First fit run of n units set in map (the dirty_map: runs still
+ * committed throughout); SEG_UNITS when there is none. */
 static unsigned find_run(const uint64_t *map, unsigned n)
 {
 	unsigned run = 0;
@@ -176,6 +176,41 @@ static unsigned find_run(const uint64_t *map, unsigned n)
 			return i + 1 - n;
 	}
 	return SEG_UNITS;
+}
+
+/*
+ * The window of n free units of seg with the fewest clean ones (units that
+ * will page-fault when used), the first among equals; SEG_UNITS when seg
+ * has no free run of n. *clean is its count of clean units. A run that is
+ * partly committed spares that many faults, where first fit over the free
+ * map would often pick fresh units next to committed ones.
+ */
+static unsigned find_window(const struct segment *seg, unsigned n, unsigned *clean)
+{
+	unsigned best = SEG_UNITS, best_clean = n + 1, run = 0, c = 0;
+
+	for (unsigned i = SEG_HDR_UNITS; i < SEG_UNITS; i++) {
+		if (!seg->free_map[i / 64] && i % 64 == 0) {   /* a word with nothing free */
+			run = c = 0;
+			i += 63;
+			continue;
+		}
+		if (!bit(seg->free_map, i)) {
+			run = c = 0;
+			continue;
+		}
+		c += !bit(seg->dirty_map, i);
+		if (++run > n)
+			c -= !bit(seg->dirty_map, i - n);
+		if (run >= n && c < best_clean) {
+			best = i + 1 - n;
+			best_clean = c;
+			if (!c)
+				break;
+		}
+	}
+	*clean = best_clean;
+	return best;
 }
 
 static struct slab *run_claim(struct segment *seg, unsigned first, unsigned n, uint8_t kind,
@@ -214,12 +249,24 @@ struct slab *segment_alloc_units(unsigned n, uint8_t kind, bool *zeroed)
 			if (first < SEG_UNITS)
 				goto found;
 		}
-		for (seg = seg_list; seg; seg = seg->next) {
+		/* else the free run with the fewest clean units, in any segment */
+		struct segment *best = NULL;
+		unsigned best_first = SEG_UNITS, best_clean = n + 1;
+		for (seg = seg_list; seg && best_clean > 1; seg = seg->next) {
+			unsigned clean;
 			if (seg->free_units < n)
 				continue;
-			first = find_run(seg->free_map, n);
-			if (first < SEG_UNITS)
-				goto found;
+			first = find_window(seg, n, &clean);
+			if (first < SEG_UNITS && clean < best_clean) {
+				best = seg;
+				best_first = first;
+				best_clean = clean;
+			}
+		}
+		if (best) {
+			seg = best;
+			first = best_first;
+			goto found;
 		}
 		if (fresh) {
 			seg = fresh;
@@ -301,7 +348,7 @@ struct purge_range {
 static void purge(uint64_t older_than, size_t keep_units)
 {
 	struct purge_range r[PURGE_BATCH];
-	unsigned nr;
+	unsigned nr, purged = 0;
 
 	do {
 		nr = 0;
@@ -329,7 +376,43 @@ static void purge(uint64_t older_than, size_t keep_units)
 		for (unsigned k = 0; k < nr; k++)
 			units_give(r[k].seg, r[k].first, r[k].n, false);
 		spin_unlock(&seg_lock);
+		purged += nr;
 	} while (nr == PURGE_BATCH);
+	if (purged)   /* segments it emptied of dirt may go now */
+		segment_release_empty_over((unsigned)option(OPT_RESERVE_SEGMENTS));
+}
+
+/* Bytes in use outside segments (huge blocks), reported by kmalloc. */
+static atomic_long_t outside_in_use;
+
+void segment_note_outside(long delta)
+{
+	atomic_long_add(delta, &outside_in_use);
+}
+
+/*
+ * How much free but committed memory each pool (the dirty units here, the
+ * huge cache in kmalloc.c) may hold: USLAB_DIRTY_MAX, or
+ * USLAB_DIRTY_PERCENT of the bytes in use (segments' units out, segment
+ * headers, huge blocks) when that is more. A fixed cap that suits a small
+ * heap makes a big one that churns blocks purge and re-fault the same
+ * memory over and over; one that follows the heap keeps the committed
+ * reserve in proportion, and falls back to the fixed floor as the heap
+ * empties (so a program that frees everything still gives it back).
+ */
+size_t dirty_budget(void)
+{
+	size_t free_units = READ_ONCE(clean_free_units) + READ_ONCE(dirty_free_units);
+	size_t mapped = segment_mapped_bytes(), in_use = 0;
+	long outside = atomic_long_read(&outside_in_use);
+
+	if (mapped > free_units << UNIT_SHIFT)   /* racy reads: never below zero */
+		in_use = mapped - (free_units << UNIT_SHIFT);
+	if (outside > 0)
+		in_use += (size_t)outside;
+	size_t scaled = in_use / 100 * (size_t)option(OPT_DIRTY_PERCENT);
+	size_t floor = (size_t)option(OPT_DIRTY_MAX);
+	return scaled > floor ? scaled : floor;
 }
 
 void segment_decay(void)
@@ -343,8 +426,9 @@ void segment_decay(void)
 		purge(UINT64_MAX, 0);
 		return;
 	}
-	if (dirty_bytes > (size_t)option(OPT_DIRTY_MAX)) {   /* down to half the cap */
-		purge(UINT64_MAX, ((size_t)option(OPT_DIRTY_MAX) >> UNIT_SHIFT) / 2);
+	size_t cap = dirty_budget();
+	if (dirty_bytes > cap) {   /* down to half the budget */
+		purge(UINT64_MAX, (cap >> UNIT_SHIFT) / 2);
 		return;
 	}
 	uint64_t now = now_ms();
@@ -360,7 +444,12 @@ void segment_purge_all(void)
 	purge(UINT64_MAX, 0);
 }
 
-/* Unmap wholly empty segments until at most keep remain. */
+/*
+ * Unmap wholly empty segments that hold no dirty unit until at most keep
+ * empty segments remain. An empty segment whose units are still committed
+ * stays: it is free memory like any dirty unit, reused without faults, and
+ * decay or the dirty cap purges it (then it goes here).
+ */
 void segment_release_empty_over(unsigned keep)
 {
 	struct segment *victims = NULL, *seg, *next;
@@ -368,7 +457,7 @@ void segment_release_empty_over(unsigned keep)
 	spin_lock(&seg_lock);
 	for (seg = seg_list; seg && nr_empty_segments > keep; seg = next) {
 		next = seg->next;
-		if (seg->free_units != SEG_UNITS - SEG_HDR_UNITS)
+		if (seg->free_units != SEG_UNITS - SEG_HDR_UNITS || seg->dirty_units)
 			continue;
 		/* every unit free must mean no run out: the flag goes on only then */
 		if (unlikely(!biased_try_set_flag(&seg->users)))

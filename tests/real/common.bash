@@ -12,6 +12,9 @@
 #   real_need TOOL...        exit 0 with "SKIP: ..." if a tool is not installed
 #   run_both NAME CMD...     run CMD under both allocators and compare
 #   run_both_sh NAME SCRIPT  the same for `bash -c SCRIPT` (bash is preloaded too)
+#   real_workload PROG       PROG's workload from workloads.bash (shared with
+#                            tools/bench-real): skip if its tools are missing,
+#                            make its inputs, run_both each of its commands
 #
 # Each run of run_both starts in its own fresh, empty directory (so a command
 # that creates files does not see the other run's); inputs shared by both runs
@@ -162,4 +165,15 @@ run_both_sh() {
 	local name=$1
 	shift
 	run_both "$name" bash -c "$1"
+}
+
+real_workload() {
+	local prog=$1 needs
+	source "$(dirname "${BASH_SOURCE[0]}")/workloads.bash"
+	needs=wl_needs_$prog
+	[ -n "${!needs+set}" ] || real_die "workloads.bash defines no workload '$prog'"
+	# shellcheck disable=SC2086 # a list of command names
+	real_need ${!needs}
+	wl_cmd() { run_both "$@"; }
+	"wl_$prog"
 }

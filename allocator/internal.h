@@ -138,9 +138,10 @@ struct segment {
 	struct biased users;
 	unsigned free_units;
 	unsigned dirty_units;
-	uint64_t dirty_since_ms;             /* when the oldest dirty unit was freed */
+	uint64_t aged_ms;                    /* the segment's last decay tick */
 	uint64_t free_map[SEG_UNITS / 64];   /* bit set = unit free; under seg_lock */
 	uint64_t dirty_map[SEG_UNITS / 64];  /* free but still committed */
+	uint64_t aged_map[SEG_UNITS / 64];   /* dirty since before the last tick */
 	struct slab desc[SEG_UNITS] __attribute__((aligned(CACHE_LINE)));
 };
 #define SEG_MAGIC 0x75736c6162536567ull   /* "uslabSeg" */

@@ -124,7 +124,8 @@ static void set_bits(uint64_t *map, unsigned first, unsigned n, bool on)
  *   dirty  -> (purge: madvise) -> clean: free, holding no memory
  *   clean or dirty -> (claim) -> in use
  * Counts per segment (free_units, dirty_units) and in total
- * (clean_free_units, dirty_free_units) follow every move.
+ * (clean_free_units, dirty_free_units) follow every move. aged_map is a
+ * subset of dirty_map: a claim clears both bits, a free sets neither.
  */
 static void units_take(struct segment *seg, unsigned first, unsigned n, bool *zeroed)
 {
@@ -136,6 +137,7 @@ static void units_take(struct segment *seg, unsigned first, unsigned n, bool *ze
 		nr_empty_segments--;
 	set_bits(seg->free_map, first, n, false);
 	set_bits(seg->dirty_map, first, n, false);
+	set_bits(seg->aged_map, first, n, false);
 	seg->free_units -= n;
 	seg->dirty_units -= dirty;
 	WRITE_ONCE(dirty_free_units, dirty_free_units - dirty);   /* segment_decay peeks */
@@ -149,8 +151,8 @@ static void units_give(struct segment *seg, unsigned first, unsigned n, bool dir
 	set_bits(seg->free_map, first, n, true);
 	seg->free_units += n;
 	if (dirty) {
-		if (!seg->dirty_units)
-			seg->dirty_since_ms = now_ms();
+		if (!seg->dirty_units)   /* its decay clock starts with its first */
+			seg->aged_ms = now_ms();
 		set_bits(seg->dirty_map, first, n, true);
 		seg->dirty_units += n;
 		WRITE_ONCE(dirty_free_units, dirty_free_units + n);
@@ -342,30 +344,45 @@ struct purge_range {
 	unsigned first, n;
 };
 
-/* Purge dirty units of segments whose oldest dirty unit is at or before
- * `older_than` (ms; UINT64_MAX = all), until no more than keep_units dirty
- * units remain. Called without seg_lock. */
-static void purge(uint64_t older_than, size_t keep_units)
+/*
+ * Purge free committed units, madvise outside seg_lock, in batches.
+ * keep_units == SIZE_MAX: decay. A segment whose last tick is at least
+ * `decay` ms old purges its aged units (dirty at that tick and ever since,
+ * so idle for between one and two decay periods), then ticks: the units
+ * dirty now become aged. Units freed moments ago are never purged by decay,
+ * however long the segment has been busy.
+ * Otherwise (over the budget): any dirty units, until no more than
+ * keep_units remain.
+ */
+static void purge(uint64_t now, uint64_t decay, size_t keep_units)
 {
 	struct purge_range r[PURGE_BATCH];
 	unsigned nr, purged = 0;
+	bool aging = keep_units == SIZE_MAX;
 
 	do {
 		nr = 0;
 		spin_lock(&seg_lock);
 		for (struct segment *seg = seg_list; seg && nr < PURGE_BATCH; seg = seg->next) {
-			if (!seg->dirty_units || seg->dirty_since_ms > older_than)
+			const uint64_t *map = aging ? seg->aged_map : seg->dirty_map;
+			unsigned i;
+
+			if (!seg->dirty_units || (aging && now - seg->aged_ms < decay))
 				continue;
-			for (unsigned i = SEG_HDR_UNITS; i < SEG_UNITS && nr < PURGE_BATCH &&
-							 dirty_free_units > keep_units; i++) {
-				if (!bit(seg->dirty_map, i))
+			for (i = SEG_HDR_UNITS; i < SEG_UNITS && nr < PURGE_BATCH &&
+						 dirty_free_units > (aging ? 0 : keep_units); i++) {
+				if (!bit(map, i))
 					continue;
 				unsigned n = 1;
-				while (i + n < SEG_UNITS && bit(seg->dirty_map, i + n))
+				while (i + n < SEG_UNITS && bit(map, i + n))
 					n++;
 				units_take(seg, i, n, NULL);   /* reserved while zapped */
 				r[nr++] = (struct purge_range){ seg, i, n };
 				i += n;
+			}
+			if (aging && i >= SEG_UNITS) {   /* all aged ones taken: tick */
+				memcpy(seg->aged_map, seg->dirty_map, sizeof(seg->aged_map));
+				seg->aged_ms = now;
 			}
 		}
 		spin_unlock(&seg_lock);
@@ -423,25 +440,24 @@ void segment_decay(void)
 	if (!dirty_bytes)
 		return;
 	if (decay == 0) {
-		purge(UINT64_MAX, 0);
+		purge(0, 0, 0);
 		return;
 	}
 	size_t cap = dirty_budget();
 	if (dirty_bytes > cap) {   /* down to half the budget */
-		purge(UINT64_MAX, (cap >> UNIT_SHIFT) / 2);
+		purge(0, 0, (cap >> UNIT_SHIFT) / 2);
 		return;
 	}
 	uint64_t now = now_ms();
 	if (now - READ_ONCE(last_decay_ms) < decay / 4 + 1)
 		return;
 	WRITE_ONCE(last_decay_ms, now);
-	if (now > decay)
-		purge(now - decay, 0);
+	purge(now, decay, SIZE_MAX);
 }
 
 void segment_purge_all(void)
 {
-	purge(UINT64_MAX, 0);
+	purge(0, 0, 0);
 }
 
 /*

@@ -374,6 +374,8 @@ uint64_t os_now_ms(void);
 struct slab *segment_alloc_units(unsigned nunits, uint8_t kind, bool *zeroed);
 void segment_purge_all(void);                         /* decommit every dirty unit */
 void segment_decay(void);                             /* slow paths: purge old dirt */
+void huge_cache_decay(uint64_t now, uint64_t decay);  /* kmalloc.c: segment_decay's tick */
+int segment_unit_state(const void *p);                /* tests: 0 used, 1 dirty, 2 clean */
 void segment_free_units(struct slab *head);
 bool segment_resize_units(struct slab *head, unsigned nunits);
 size_t segment_mapped_bytes(void);

@@ -219,7 +219,7 @@ static bool huge_lookup(uintptr_t a, struct huge *out)
  *    and mremap works on it), so freed pieces become one big range again.
  * The cache holds at most dirty_budget() bytes (oldest ranges unmapped
  * first); ranges older than USLAB_DECAY_MS are unmapped by the next huge
- * free, and all of them by malloc_trim.
+ * free or decay tick, and all of them by malloc_trim.
  */
 #define HUGE_CACHE_SLOTS 32
 
@@ -316,6 +316,14 @@ static void huge_cache_expire(uint64_t older_than)
 	huge_unmap_all(victims, n);
 }
 
+/* The decay tick (segment_decay, throttled): unmap ranges freed more than
+ * decay ms ago, so a program that stops making huge requests does not keep
+ * its last freed ones for good. */
+void huge_cache_decay(uint64_t now, uint64_t decay)
+{
+	huge_cache_expire(now > decay ? now - decay : 0);
+}
+
 /* Keep a freed mapping for reuse, or unmap it (or older ones) to stay
  * within the budget. */
 static void huge_cache_put(uintptr_t map, size_t len, unsigned long origin)
@@ -372,44 +380,47 @@ size_t kmalloc_huge_cached_bytes(void)
 	return READ_ONCE(huge_cached_bytes);
 }
 
+/*
+ * A huge block: a mapping of its own, or a cached range. An alignment above
+ * the page size takes align - page bytes more (mmap and the cache hand out
+ * page-aligned ranges, so the aligned start is always within reach): the
+ * head before it is never touched, so it costs address space, not memory,
+ * and the whole range goes back to the cache on free like any other.
+ */
 static void *huge_alloc(size_t n, size_t align, bool *zeroed)
 {
 	size_t page = os_page_size();
 	size_t len = round_up(n, page);
-	struct huge h;
+	size_t map_len = len + (align > page ? align - page : 0);
 	unsigned long origin;
-	void *p;
+	uintptr_t map;
 
-	if (len < n) {
+	if (len < n || map_len < len) {
 		errno = ENOMEM;
 		return NULL;
 	}
-	*zeroed = true;
-	if (align <= page && (p = (void *)huge_cache_take(len, &origin)) != NULL) {
-		*zeroed = false;
+	if (align < page)
 		align = page;
-	} else if (align <= page) {
-		p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		if (p == MAP_FAILED) {
+	map = huge_cache_take(map_len, &origin);
+	*zeroed = !map;
+	if (!map) {
+		void *m = mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+			       -1, 0);
+		if (m == MAP_FAILED) {
 			errno = ENOMEM;
 			return NULL;
 		}
-		align = page;
-		origin = huge_new_origin();
-	} else {
-		p = os_map_aligned(len, align);
-		if (!p)
-			return NULL;
+		map = (uintptr_t)m;
 		origin = huge_new_origin();
 	}
-	h = (struct huge){ .addr = (uintptr_t)p, .map = (uintptr_t)p, .map_len = len, .align = align,
-			   .origin = origin };
+	struct huge h = { .addr = round_up(map, align), .map = map, .map_len = map_len,
+			  .align = align, .origin = origin };
 	if (!huge_insert(&h)) {
-		os_unmap(p, len);
+		os_unmap((void *)map, map_len);
 		errno = ENOMEM;
 		return NULL;
 	}
-	return p;
+	return (void *)h.addr;
 }
 
 size_t kmalloc_huge_bytes(void)
@@ -482,10 +493,7 @@ void free_nonsmall(void *p, struct slab *slab, const char *call)
 	}
 	if (!huge_remove((uintptr_t)p, &h))
 		free_invalid(p, call);
-	if (h.align > os_page_size())
-		os_unmap((void *)h.map, h.map_len);
-	else
-		huge_cache_put(h.map, h.map_len, h.origin);
+	huge_cache_put(h.map, h.map_len, h.origin);
 }
 
 /*

@@ -437,22 +437,39 @@ void segment_decay(void)
 	uint64_t decay = (uint64_t)option(OPT_DECAY_MS);
 	size_t dirty_bytes = READ_ONCE(dirty_free_units) << UNIT_SHIFT;
 
-	if (!dirty_bytes)
-		return;
-	if (decay == 0) {
-		purge(0, 0, 0);
+	if (decay == 0) {   /* huge_cache_put gives ranges back at once */
+		if (dirty_bytes)
+			purge(0, 0, 0);
 		return;
 	}
-	size_t cap = dirty_budget();
-	if (dirty_bytes > cap) {   /* down to half the budget */
-		purge(0, 0, (cap >> UNIT_SHIFT) / 2);
-		return;
+	if (dirty_bytes) {
+		size_t cap = dirty_budget();
+		if (dirty_bytes > cap) {   /* down to half the budget */
+			purge(0, 0, (cap >> UNIT_SHIFT) / 2);
+			return;
+		}
 	}
 	uint64_t now = now_ms();
 	if (now - READ_ONCE(last_decay_ms) < decay / 4 + 1)
 		return;
 	WRITE_ONCE(last_decay_ms, now);
-	purge(now, decay, SIZE_MAX);
+	if (dirty_bytes)
+		purge(now, decay, SIZE_MAX);
+	huge_cache_decay(now, decay);   /* the other pool ages on the same tick */
+}
+
+/* Tests: the unit holding p is in use (0), free and committed (1), or free
+ * and given back (2). */
+int segment_unit_state(const void *p)
+{
+	struct segment *seg = ptr_segment(p);
+	unsigned i = (unsigned)(((uintptr_t)p - (uintptr_t)seg) >> UNIT_SHIFT);
+	int state;
+
+	spin_lock(&seg_lock);
+	state = !bit(seg->free_map, i) ? 0 : bit(seg->dirty_map, i) ? 1 : 2;
+	spin_unlock(&seg_lock);
+	return state;
 }
 
 void segment_purge_all(void)

@@ -24,6 +24,7 @@
 #include <stdint.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 /* C23, not in glibc 2.36's headers: weak, so the program links against
@@ -346,6 +347,38 @@ static void test_alignments(void)
 		}
 		free(v);
 		free(pv);
+	}
+}
+
+/*
+ * Over-aligned huge blocks are reused like any other: a loop of
+ * aligned_alloc(64 KiB, 3 MiB) + touch + free takes its memory from the huge
+ * cache, so it page-faults at most a few times, not once per round (each
+ * fresh mapping faults on the touched page). uslab only: glibc maps afresh.
+ */
+static void test_aligned_huge_reuse(void)
+{
+	struct rusage r0, r1;
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	enum { ROUNDS = 200 };
+
+	getrusage(RUSAGE_SELF, &r0);
+	for (int i = 0; i < ROUNDS; i++) {
+		char *volatile p = aligned_alloc(64 << 10, 3 * MiB);
+
+		CHECK(p && aligned(p, 64 << 10));
+		if (!p)
+			return;
+		for (size_t off = 0; off < 4 * page; off += page)
+			p[off] = (char)i;
+		free(p);
+	}
+	getrusage(RUSAGE_SELF, &r1);
+	long faults = r1.ru_minflt - r0.ru_minflt;
+	if (on_uslab && faults > ROUNDS / 4) {
+		fprintf(stderr, "aligned huge blocks: %ld page faults in %d rounds (not reused)\n",
+			faults, ROUNDS);
+		test_failures++;
 	}
 }
 
@@ -863,6 +896,7 @@ int main(void)
 		{ "too_large", test_too_large },
 		{ "posix_memalign_einval", test_posix_memalign_einval },
 		{ "alignments", test_alignments },
+		{ "aligned_huge_reuse", test_aligned_huge_reuse },
 		{ "min_alignment", test_min_alignment },
 		{ "realloc", test_realloc },
 		{ "usable_size", test_usable_size },

@@ -1,0 +1,125 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * segment_decay_unit - how free committed memory ages (segment.c, kmalloc.c).
+ *
+ *   generations  a segment that keeps freeing and reusing units purges the
+ *                units that have been free since before its last tick, and
+ *                never the unit it freed a moment ago (aging a segment from
+ *                its oldest free unit purged both)
+ *   huge         a freed huge mapping kept in the huge cache is unmapped by
+ *                the decay tick of any slow path once it is older than
+ *                USLAB_DECAY_MS, not only by the next huge request
+ *
+ * A unit's state comes from the segment's maps (segment_unit_state), not
+ * from mincore(): the host may page memory out behind our back.
+ */
+#define _GNU_SOURCE
+#include "test.h"
+#include "internal.h"
+#include "kmalloc.h"
+#include "options.h"
+
+#include <unistd.h>
+
+#define DECAY 100   /* ms */
+#define OLD   24    /* units freed at the start and left alone */
+
+static void sleep_ms(unsigned ms)
+{
+	struct timespec t = { ms / 1000, (long)(ms % 1000) * 1000000 };
+
+	nanosleep(&t, NULL);
+}
+
+enum { USED, DIRTY, CLEAN };
+
+static struct slab *unit_new(void)
+{
+	struct slab *u = segment_alloc_units(1, SLAB_KIND_LARGE, NULL);
+
+	if (u)
+		memset((void *)slab_start(u), 0x5a, UNIT_SIZE);   /* commit every page */
+	return u;
+}
+
+static void test_generations(void)
+{
+	struct slab *old[OLD], *churn;
+	char *old_mem[OLD], *last;
+
+
+	for (int i = 0; i < OLD; i++) {
+		old[i] = unit_new();
+		CHECK(old[i] != NULL);
+		old_mem[i] = (char *)slab_start(old[i]);
+	}
+	churn = unit_new();
+	CHECK(churn != NULL);
+	for (int i = 0; i < OLD; i++)
+		segment_free_units(old[i]);
+	for (int i = 0; i < OLD; i++)
+		CHECK_EQ(segment_unit_state(old_mem[i]), DIRTY);
+
+	/* Keep the segment busy for four decay periods: free a unit and take
+	 * one back every few ms (the slow paths run the decay tick). */
+	struct timespec t0, t;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do {
+		segment_free_units(churn);
+		churn = unit_new();
+		CHECK(churn != NULL);
+		sleep_ms(5);
+		clock_gettime(CLOCK_MONOTONIC, &t);
+	} while ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 < 4 * DECAY);
+
+	/* the old units have gone back, apart from the ones churn reused */
+	for (int i = 0; i < OLD; i++)
+		CHECK(segment_unit_state(old_mem[i]) != DIRTY);
+
+	/* A unit freed now, with older dirt in the segment and its tick due:
+	 * it stays committed (the older one only turns aged). */
+	struct slab *a = unit_new(), *b = unit_new();
+	CHECK(a != NULL && b != NULL);
+	segment_free_units(churn);
+	segment_free_units(a);
+	sleep_ms(DECAY + 10);   /* the segment's tick is due */
+	last = (char *)slab_start(b);
+	segment_free_units(b);   /* runs segment_decay(): the tick */
+	CHECK_EQ(segment_unit_state(last), DIRTY);
+	CHECK_EQ(segment_unit_state((void *)slab_start(a)), DIRTY);
+
+	/* and it goes too once it has been free for two periods */
+	for (int i = 0; i < 3; i++) {
+		sleep_ms(DECAY);
+		segment_decay();
+	}
+	CHECK_EQ(segment_unit_state(last), CLEAN);
+}
+
+static void test_huge(void)
+{
+	size_t len = LARGE_MAX + (1u << 20);
+	char *p = uslab_malloc(len);
+
+	CHECK(p != NULL);
+	if (!p)
+		return;
+	memset(p, 1, len);
+	uslab_free(p);
+	CHECK(kmalloc_huge_cached_bytes() >= len);
+	sleep_ms(2 * DECAY);
+	/* no huge request from here on: an ordinary slow path must do it */
+	struct slab *u = unit_new();
+	CHECK(u != NULL);
+	segment_free_units(u);
+	CHECK_EQ(kmalloc_huge_cached_bytes(), 0);
+}
+
+int main(void)
+{
+	options_init();
+	options_parse_entry("USLAB_DECAY_MS=100");
+	test_generations();
+	test_huge();
+	return test_done("segment_decay_unit");
+}

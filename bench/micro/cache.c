@@ -1,15 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * cache.c - the slab core through its two front doors, side by side: the
- * object-cache API (uslab_cache_alloc/free, always uslab's) and malloc/free
- * (whichever allocator the process runs on: glibc, or the one in
- * LD_PRELOAD). Run the binary under each allocator and compare rows:
+ * cache.c - uslab's object-cache API (uslab_cache_alloc/free, always
+ * uslab's own, linked statically): the slab core without malloc's size
+ * classes in front. The same operations through malloc/free, which compare
+ * allocators under LD_PRELOAD, are in malloc.c; only the remote-free pair
+ * stays here, as it shares the ring:
  *
  *   BM_cache_pair/64        alloc then free of the same object, one thread
- *   BM_malloc_pair/64       the same with malloc(64)/free
  *   BM_cache_lifo/64        1,000 allocs, then frees newest first (per item)
  *   BM_cache_fifo/64        1,000 allocs, then frees oldest first
- *   BM_malloc_lifo/64, BM_malloc_fifo/64
  *   BM_cache_remote/64      2 threads: thread 0 allocates and hands over
  *   BM_malloc_remote/64     through a ring, thread 1 frees (remote frees)
  *
@@ -57,18 +56,6 @@ BENCH(BM_cache_pair, BENCH_ARGS(16, 64, 256, 1024), .arg_name = "size")
 	bench_set_items_processed(state, bench_iterations(state));
 }
 
-BENCH(BM_malloc_pair, BENCH_ARGS(16, 64, 256, 1024), .arg_name = "size")
-{
-	size_t size = (size_t)bench_range(state, 0);
-
-	while (bench_keep_running(state)) {
-		void *p = malloc(size);
-		bench_do_not_optimize(p);
-		free(p);
-	}
-	bench_set_items_processed(state, bench_iterations(state));
-}
-
 static void batch_cache(bench_state *state, bool lifo)
 {
 	struct uslab_cache *c = cache_for((size_t)bench_range(state, 0));
@@ -85,26 +72,8 @@ static void batch_cache(bench_state *state, bool lifo)
 	bench_set_items_processed(state, bench_iterations(state) * BATCH);
 }
 
-static void batch_malloc(bench_state *state, bool lifo)
-{
-	size_t size = (size_t)bench_range(state, 0);
-	void *v[BATCH];
-
-	while (bench_keep_running(state)) {
-		for (int i = 0; i < BATCH; i++) {
-			v[i] = malloc(size);
-			bench_do_not_optimize(v[i]);
-		}
-		for (int i = 0; i < BATCH; i++)
-			free(v[lifo ? BATCH - 1 - i : i]);
-	}
-	bench_set_items_processed(state, bench_iterations(state) * BATCH);
-}
-
 BENCH(BM_cache_lifo, BENCH_ARGS(64), .arg_name = "size") { batch_cache(state, true); }
 BENCH(BM_cache_fifo, BENCH_ARGS(64), .arg_name = "size") { batch_cache(state, false); }
-BENCH(BM_malloc_lifo, BENCH_ARGS(64), .arg_name = "size") { batch_malloc(state, true); }
-BENCH(BM_malloc_fifo, BENCH_ARGS(64), .arg_name = "size") { batch_malloc(state, false); }
 
 /* ---- producer -> consumer: remote frees ------------------------------------------ */
 

@@ -100,6 +100,7 @@ typedef struct bench_handle bench_handle;
 
 bench_handle *bench_register(const char *name, bench_fn fn, const struct bench_opts *opts);
 bench_handle *bench_handle_args(bench_handle *b, const int64_t *args, int n);  /* one multi-arg run */
+bench_handle *bench_handle_arg_names(bench_handle *b, const char *const *names, int n);  /* BM_x/size:64/align:16 */
 bench_handle *bench_handle_threads(bench_handle *b, int threads);
 
 /*

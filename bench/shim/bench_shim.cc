@@ -12,6 +12,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include <string>
 #include <vector>
 
 namespace {
@@ -158,6 +159,11 @@ bench_handle *bench_register(const char *name, bench_fn fn, const struct bench_o
 bench_handle *bench_handle_args(bench_handle *b, const int64_t *args, int n)
 {
 	return handle(bm(b)->Args(std::vector<int64_t>(args, args + n)));
+}
+
+bench_handle *bench_handle_arg_names(bench_handle *b, const char *const *names, int n)
+{
+	return handle(bm(b)->ArgNames(std::vector<std::string>(names, names + n)));
 }
 
 bench_handle *bench_handle_threads(bench_handle *b, int threads)

@@ -364,6 +364,7 @@ static inline uintptr_t slab_start(const struct slab *slab)
 void *os_map_aligned(size_t size, size_t align);
 void os_unmap(void *p, size_t size);
 void os_decommit(void *p, size_t size);
+void os_populate(void *p, size_t size);   /* best effort: fault in at once */
 size_t os_page_size(void);
 uint64_t os_now_ms(void);
 
@@ -375,6 +376,7 @@ struct slab *segment_alloc_units(unsigned nunits, uint8_t kind, bool *zeroed);
 void segment_purge_all(void);                         /* decommit every dirty unit */
 void segment_decay(void);                             /* slow paths: purge old dirt */
 void huge_cache_decay(uint64_t now, uint64_t decay);  /* kmalloc.c: segment_decay's tick */
+uintptr_t huge_cache_take_aligned(size_t len, size_t align);   /* kmalloc.c: segment_map */
 int segment_unit_state(const void *p);                /* tests: 0 used, 1 dirty, 2 clean */
 void segment_free_units(struct slab *head);
 bool segment_resize_units(struct slab *head, unsigned nunits);

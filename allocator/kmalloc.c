@@ -280,6 +280,56 @@ static uintptr_t huge_cache_take(size_t len, unsigned long *origin)
 	return e.map;
 }
 
+/*
+ * len bytes at an align boundary from any cached range that holds them, for
+ * a new segment (segment_map): memory a freed huge block left committed then
+ * serves slabs instead of waiting for another huge request while fresh
+ * pages fault in beside it. The head and tail around the window stay
+ * cached (one of them in a free slot; with none free the window is not
+ * taken). Returns 0 if no range will do.
+ */
+uintptr_t huge_cache_take_aligned(size_t len, size_t align)
+{
+	uintptr_t a = 0;
+
+	if (READ_ONCE(huge_cached_bytes) < len)
+		return 0;
+	spin_lock(&huge_lock);
+	int spare = -1, best = -1;
+	for (int i = 0; i < HUGE_CACHE_SLOTS; i++) {
+		struct huge_free *e = &huge_cache[i];
+
+		if (!e->map) {
+			spare = i;
+			continue;
+		}
+		uintptr_t w = round_up(e->map, align);
+		if (w + len <= e->map + e->len && (best < 0 || e->len < huge_cache[best].len))
+			best = i;
+	}
+	if (best >= 0) {
+		struct huge_free *e = &huge_cache[best];
+		uintptr_t end = e->map + e->len;
+
+		a = round_up(e->map, align);
+		if (a > e->map && a + len < end && spare < 0) {
+			a = 0;   /* no slot for the tail */
+		} else {
+			if (a + len < end) {   /* the tail */
+				struct huge_free *t = a > e->map ? &huge_cache[spare] : e;
+				*t = (struct huge_free){ a + len, end - (a + len), e->origin, e->freed_ms };
+			}
+			if (a > e->map)   /* the head keeps the slot */
+				e->len = a - e->map;
+			else if (a + len == end)
+				e->map = 0;
+			WRITE_ONCE(huge_cached_bytes, huge_cached_bytes - len);
+		}
+	}
+	spin_unlock(&huge_lock);
+	return a;
+}
+
 /* Take cached ranges freed at or before `older_than` (ms) out of the cache
  * into victims (huge_lock held); returns how many. */
 static int huge_cache_expire_locked(uint64_t older_than, struct huge_free *victims)

@@ -59,6 +59,25 @@ void os_decommit(void *p, size_t size)
 	madvise(p, size, MADV_DONTNEED);
 }
 
+/*
+ * Fault in a range about to be written in full, with one system call: a
+ * page fault costs ~11 us on the benchmark VM and MADV_POPULATE_WRITE
+ * ~1 us per page (16 KiB at a time). Best effort: a kernel without it
+ * (before 5.14) says EINVAL once and the pages fault as before.
+ */
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+void os_populate(void *p, size_t size)
+{
+	static int unsupported;
+
+	if (READ_ONCE(unsupported))
+		return;
+	if (madvise(p, size, MADV_POPULATE_WRITE) != 0 && errno == EINVAL)
+		WRITE_ONCE(unsupported, 1);
+}
+
 /* A cheap clock for decay decisions (the vDSO's coarse monotonic clock). */
 uint64_t os_now_ms(void)
 {

@@ -52,11 +52,20 @@ size_t segment_committed_bytes(void)
 
 /* ---- segments ------------------------------------------------------------ */
 
+/*
+ * A new segment: carved from a range the huge cache holds (committed memory
+ * a freed huge block left) when one is big enough, else a fresh mapping.
+ * A carved segment's units all count as dirty: they may hold pages and
+ * data, so none is claimed as zeroed, and decay gives them back in time.
+ */
 static struct segment *segment_map(void)
 {
-	struct segment *seg = os_map_aligned(SEG_SIZE, SEG_SIZE);
+	struct segment *seg = (struct segment *)huge_cache_take_aligned(SEG_SIZE, SEG_SIZE);
+	bool recycled = seg != NULL;
 
-	if (!seg)
+	if (recycled)
+		memset(seg, 0, sizeof(*seg));   /* the header; the units keep their pages */
+	else if (!(seg = os_map_aligned(SEG_SIZE, SEG_SIZE)))
 		return NULL;
 	if ((uintptr_t)seg >> REG_ADDR_BITS) {   /* outside what the registry covers */
 		os_unmap(seg, SEG_SIZE);
@@ -71,6 +80,11 @@ static struct segment *segment_map(void)
 	memset(seg->free_map, 0xff, sizeof(seg->free_map));
 	seg->free_map[0] &= ~((1ull << SEG_HDR_UNITS) - 1);
 	seg->free_units = SEG_UNITS - SEG_HDR_UNITS;
+	if (recycled) {
+		memcpy(seg->dirty_map, seg->free_map, sizeof(seg->dirty_map));
+		seg->dirty_units = seg->free_units;
+		seg->aged_ms = now_ms();
+	}
 	atomic_long_add(SEG_SIZE, &mapped_bytes);
 	registry_set((uintptr_t)seg, true);
 	return seg;
@@ -103,6 +117,15 @@ static void seg_list_del(struct segment *seg)
 		seg->next->prev = seg->prev;
 }
 
+/* seg_lock held: a new segment (all units free) joins the list and the counts. */
+static void seg_list_add_new(struct segment *seg)
+{
+	seg_list_add(seg);
+	nr_empty_segments++;
+	WRITE_ONCE(clean_free_units, clean_free_units + seg->free_units - seg->dirty_units);
+	WRITE_ONCE(dirty_free_units, dirty_free_units + seg->dirty_units);
+}
+
 static bool bit(const uint64_t *map, unsigned i)
 {
 	return (map[i / 64] >> (i % 64)) & 1;
@@ -127,7 +150,8 @@ static void set_bits(uint64_t *map, unsigned first, unsigned n, bool on)
  * (clean_free_units, dirty_free_units) follow every move. aged_map is a
  * subset of dirty_map: a claim clears both bits, a free sets neither.
  */
-static void units_take(struct segment *seg, unsigned first, unsigned n, bool *zeroed)
+/* Returns how many of the units were dirty. */
+static unsigned units_take(struct segment *seg, unsigned first, unsigned n, bool *zeroed)
 {
 	unsigned dirty = 0;
 
@@ -144,6 +168,7 @@ static void units_take(struct segment *seg, unsigned first, unsigned n, bool *ze
 	WRITE_ONCE(clean_free_units, clean_free_units - (n - dirty));
 	if (zeroed)
 		*zeroed = dirty == 0;
+	return dirty;
 }
 
 static void units_give(struct segment *seg, unsigned first, unsigned n, bool dirty)
@@ -215,14 +240,15 @@ static unsigned find_window(const struct segment *seg, unsigned n, unsigned *cle
 	return best;
 }
 
+/* Returns the run's head; *clean is true when some unit holds no memory. */
 static struct slab *run_claim(struct segment *seg, unsigned first, unsigned n, uint8_t kind,
-			      bool *zeroed)
+			      bool *zeroed, bool *clean)
 {
 	struct slab *head = &seg->desc[first];
 
 	if (unlikely(!biased_try_get(&seg->users)))
 		uslab_fatal("malloc", seg, "internal error: run from a segment being released");
-	units_take(seg, first, n, zeroed);
+	*clean = units_take(seg, first, n, zeroed) < n;
 	head->nunits = (uint16_t)n;
 	head->kfree_magic = head->kfree_limit = 0;
 	head->span = 0;
@@ -273,9 +299,7 @@ struct slab *segment_alloc_units(unsigned n, uint8_t kind, bool *zeroed)
 		if (fresh) {
 			seg = fresh;
 			fresh = NULL;
-			seg_list_add(seg);
-			nr_empty_segments++;
-			WRITE_ONCE(clean_free_units, clean_free_units + seg->free_units);
+			seg_list_add_new(seg);
 			first = SEG_HDR_UNITS;
 			goto found;
 		}
@@ -286,9 +310,13 @@ struct slab *segment_alloc_units(unsigned n, uint8_t kind, bool *zeroed)
 			return NULL;
 	}
 found:;
-	struct slab *head = run_claim(seg, first, n, kind, zeroed);
+	bool clean;
+	struct slab *head = run_claim(seg, first, n, kind, zeroed, &clean);
 
 	spin_unlock(&seg_lock);
+	/* a new slab writes a free pointer into every object at once */
+	if (clean && kind == SLAB_KIND_SLAB)
+		os_populate((void *)slab_start(head), (size_t)n << UNIT_SHIFT);
 	if (fresh)   /* raced: someone else made room; keep ours as the reserve */
 		segment_give_back(fresh);
 	segment_decay();
@@ -299,9 +327,7 @@ found:;
 void segment_give_back(struct segment *seg)
 {
 	spin_lock(&seg_lock);
-	seg_list_add(seg);
-	nr_empty_segments++;
-	WRITE_ONCE(clean_free_units, clean_free_units + seg->free_units);
+	seg_list_add_new(seg);
 	spin_unlock(&seg_lock);
 	segment_release_empty_over((unsigned)option(OPT_RESERVE_SEGMENTS));
 }

@@ -9,6 +9,9 @@
  *   huge         a freed huge mapping kept in the huge cache is unmapped by
  *                the decay tick of any slow path once it is older than
  *                USLAB_DECAY_MS, not only by the next huge request
+ *   carve        a new segment is carved from a cached huge range before
+ *                anything is mapped; its units count as dirty (never handed
+ *                out as zeroed) and the range's rest stays cached
  *
  * A unit's state comes from the segment's maps (segment_unit_state), not
  * from mincore(): the host may page memory out behind our back.
@@ -115,11 +118,51 @@ static void test_huge(void)
 	CHECK_EQ(kmalloc_huge_cached_bytes(), 0);
 }
 
+static void test_carve(void)
+{
+	size_t len = 3 * SEG_SIZE;
+	char *p = uslab_malloc(len);
+
+	CHECK(p != NULL);
+	if (!p)
+		return;
+	memset(p, 0x77, len);
+	uslab_free(p);
+	size_t cached = kmalloc_huge_cached_bytes();
+	CHECK(cached >= len);
+
+	/* take 1 MiB runs until one comes from the freed block */
+	enum { MAX_RUNS = 64 };
+	struct slab *runs[MAX_RUNS];
+	unsigned nr = 0, found = 0;
+	while (nr < MAX_RUNS && !found) {
+		bool zeroed = true;
+		struct slab *r = segment_alloc_units(SEG_UNITS / 4, SLAB_KIND_LARGE, &zeroed);
+
+		CHECK(r != NULL);
+		if (!r)
+			break;
+		runs[nr++] = r;
+		char *m = (char *)slab_start(r);
+		if (m >= p && m < p + len) {
+			found = nr;
+			CHECK(!zeroed);   /* it still holds the block's bytes */
+			CHECK_EQ((unsigned char)m[0], 0x77);
+			CHECK_EQ(segment_unit_state(m + UNIT_SIZE * (SEG_UNITS / 4)), DIRTY);
+		}
+	}
+	CHECK(found);
+	CHECK_EQ(kmalloc_huge_cached_bytes(), cached - SEG_SIZE);
+	for (unsigned i = 0; i < nr; i++)
+		segment_free_units(runs[i]);
+}
+
 int main(void)
 {
 	options_init();
 	options_parse_entry("USLAB_DECAY_MS=100");
 	test_generations();
 	test_huge();
+	test_carve();
 	return test_done("segment_decay_unit");
 }

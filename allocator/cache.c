@@ -27,7 +27,7 @@
 
 /* ---- heaps ------------------------------------------------------------------- */
 
-static struct thread_heap empty_heap;   /* all zero: no chunk in use */
+struct thread_heap empty_heap;   /* all zero: no chunk in use */
 __thread struct thread_heap *tls_heap __attribute__((tls_model("initial-exec"))) = &empty_heap;
 
 static spinlock_t heaps_lock = SPINLOCK_INIT;
@@ -871,6 +871,13 @@ USLAB_API int uslab_cache_destroy(struct uslab_cache *s)
 			break;
 		}
 	}
+	/* the next cache with this id starts its statistics from zero */
+	spin_lock(&heaps_lock);
+	for (struct thread_heap *h = heaps; h; h = h->next)
+		for (int i = 0; i < NR_CACHE_STATS; i++)
+			if (h->stat[s->id][i])
+				__atomic_store_n(&h->stat[s->id][i], 0, __ATOMIC_RELAXED);
+	spin_unlock(&heaps_lock);
 	cache_ids[s->id / 64] &= ~(1ull << (s->id % 64));
 	qrw_write_unlock(&cache_registry);
 	kref_put(&s->ref, cache_release);   /* the creator's reference */
@@ -1149,6 +1156,11 @@ static void cache_report(struct uslab_cache *s, struct cache_report *r)
 	r->partial_slabs = READ_ONCE(s->nr_partial);
 	for (int i = 0; i < NR_CACHE_STATS; i++)
 		r->stat[i] = atomic_long_read(&s->stat[i]);
+	spin_lock(&heaps_lock);
+	for (struct thread_heap *h = heaps; h; h = h->next)
+		for (int i = 0; i < NR_CACHE_STATS; i++)
+			r->stat[i] += __atomic_load_n(&h->stat[s->id][i], __ATOMIC_RELAXED);
+	spin_unlock(&heaps_lock);
 	segment_for_each_slab(report_slab, &w);
 	struct thread_heap *h = tls_heap;
 	if (heap_has_chunk(h, s)) {

@@ -211,6 +211,24 @@ static void test_cache(void)
 	CHECK_EQ(info.slabs_allocated, info.slabs_freed);
 	CHECK(uslab_cache_validate(c) == 0);
 	CHECK_EQ(uslab_cache_destroy(c), 0);
+
+	/* The next cache takes the freed id; the counters are kept per thread
+	 * by id, and it must start from zero all the same. */
+	c = uslab_cache_create("stats-64-again", 64, 0, 0, NULL);
+	REQUIRE(c);
+	void *p = uslab_cache_alloc(c);
+	REQUIRE(p);
+	uslab_cache_free(c, p);
+	json = stats_json_dump();
+	REQUIRE(json && stats_json_cache(json, "stats-64-again", &o));
+	CHECK_EQ(stats_obj_get(&o, "alloc_slow"), 1);
+	CHECK_EQ(stats_obj_get(&o, "alloc_fast"), 0);
+	CHECK_EQ(stats_obj_get(&o, "free_fast") + stats_obj_get(&o, "free_local") +
+		 stats_obj_get(&o, "free_remote"), 1);
+	CHECK_EQ(stats_obj_get(&o, "new_slab"), 1);
+	CHECK_EQ(stats_obj_get(&o, "cpu_partial_put"), 0);
+	free(json);
+	CHECK_EQ(uslab_cache_destroy(c), 0);
 }
 
 static void test_kmalloc(void)

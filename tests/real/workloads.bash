@@ -16,9 +16,13 @@
 # its exports must not leak.
 #
 # Sizes, for tools/bench-real (unset in the tests, which use the defaults):
-#   WL_GCC_FUNCS  functions in gcc's generated source (default 2000)
-#   WL_PY_ITEMS   dict entries in python3's data.py (default 200000; its word
-#                 list and list churn scale with it)
+#   WL_AWK_RECORDS  awk's input records (default 200000); its array loop
+#                   inserts 1.5 times as many keys
+#   WL_GCC_FUNCS    functions in gcc's generated source (default 2000)
+#   WL_GIT_FILES    files in git's repository (default 3000, at least 300)
+#   WL_PY_ITEMS     dict entries in python3's data.py (default 200000; its word
+#                   list and list churn scale with it)
+#   WL_TAR_FILES    files in tar's tree (default 2000, 50 per directory)
 
 WL_PROGRAMS="awk bc cxx gcc git perl python3 sort sqlite3 tar"
 
@@ -30,17 +34,19 @@ wl_cmd_sh() {
 
 # ---- awk -------------------------------------------------------------------
 # awk under uslab: associative arrays of 300,000 keys built, split, deleted and
-# rebuilt, string concatenation, sprintf, split() and gsub() over generated
-# records, then a word-frequency report. Runs whichever awk is installed (mawk
-# or gawk), and gawk as well when present.
+# rebuilt, string concatenation, sprintf, split() and gsub() over 200,000
+# generated records, then a word-frequency report. Runs each distinct awk
+# installed - the default awk, mawk, gawk - once: when awk is gawk (or mawk),
+# it is not run a second time under its other name.
 wl_needs_awk="awk"
 wl_awk() {
+	local nrec=${WL_AWK_RECORDS:-200000} a p name seen=" "
 	export LC_ALL=C
 
 	cat >"$REAL_TMP/work.awk" <<'AWK'
 BEGIN {
 	seed = 1
-	for (i = 0; i < 300000; i++) {
+	for (i = 0; i < nkeys; i++) {
 		seed = (seed * 16807) % 2147483647
 		k = sprintf("key%x", seed % 1000003)
 		h[k] = h[k] sprintf("%d,", i % 1000)
@@ -72,10 +78,10 @@ END {
 }
 AWK
 
-	awk 'BEGIN {
+	awk -v n="$nrec" 'BEGIN {
 		srand(3)
 		split("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu", w, " ")
-		for (i = 0; i < 200000; i++) {
+		for (i = 0; i < n; i++) {
 			line = ""
 			for (j = 0; j < 3 + i % 9; j++) line = line w[1 + int(rand() * 12)] int(rand() * 50) " "
 			print line
@@ -83,10 +89,15 @@ AWK
 	}' >"$REAL_TMP/records"
 	echo "generated $(wc -l <"$REAL_TMP/records") records"
 
-	wl_cmd awk awk -f "$REAL_TMP/work.awk" "$REAL_TMP/records"
-	if command -v gawk >/dev/null 2>&1; then
-		wl_cmd gawk gawk -f "$REAL_TMP/work.awk" "$REAL_TMP/records"
-	fi
+	for a in awk mawk gawk; do
+		p=$(command -v "$a" 2>/dev/null) || continue
+		p=$(readlink -f "$p")
+		[[ "$seen" == *" $p "* ]] && continue
+		seen="$seen$p "
+		name=${p##*/}
+		case $name in mawk | gawk) ;; *) name=$a ;; esac
+		wl_cmd "$name" "$a" -v nkeys=$((nrec * 3 / 2)) -f "$REAL_TMP/work.awk" "$REAL_TMP/records"
+	done
 }
 
 # ---- bc --------------------------------------------------------------------
@@ -335,17 +346,17 @@ C
 wl_needs_git="git"
 wl_git() {
 	# The tree is generated once, outside both runs, and copied in by each.
-	local tree=$REAL_TMP/tree d e
+	local tree=$REAL_TMP/tree n=${WL_GIT_FILES:-3000} d e
 	for d in $(seq 0 29); do
 		for e in $(seq 0 9); do
 			mkdir -p "$tree/dir$d/sub$e"
 		done
 	done
-	awk -v top="$tree" 'BEGIN {
-		for (i = 0; i < 3000; i++) {
+	awk -v top="$tree" -v n="$n" 'BEGIN {
+		for (i = 0; i < n; i++) {
 			f = sprintf("%s/dir%d/sub%d/file%04d.txt", top, i % 30, int(i / 30) % 10, i)
-			n = 3 + (i * 37) % 40
-			for (l = 0; l < n; l++)
+			m = 3 + (i * 37) % 40
+			for (l = 0; l < m; l++)
 				printf "line %d of file %d: %s\n", l, i, substr("abcdefghijklmnopqrstuvwxyz", 1 + (i + l) % 26) > f
 			close(f)
 		}
@@ -362,14 +373,14 @@ wl_git() {
 		set -euo pipefail
 		cp -r "$REAL_TMP/tree" repo && cd repo
 		git init -q -b main . && git config gc.auto 0 && git config pack.threads 2
-		git add -A && git commit -q -m "3000 files"
-		for i in $(seq 0 10 2999); do
+		git add -A && git commit -q -m "'"$n"' files"
+		for i in $(seq 0 10 '"$((n - 1))"'); do
 			f=$(printf "dir%d/sub%d/file%04d.txt" $((i % 30)) $((i / 30 % 10)) $i)
 			echo "changed $i" >>"$f"
 		done
 		git rm -q -r dir29/sub9
 		echo "== status"; git status --porcelain | md5sum
-		git add -A && git commit -q -m "change 300 files, drop one directory"
+		git add -A && git commit -q -m "change '"$(((n + 9) / 10))"' files, drop one directory"
 		echo "== log"; git log --stat --format="%H %s" | tail -n 5; git log --format=%H
 		echo "== ls-files"; git ls-files -s | md5sum; git ls-files | wc -l
 		echo "== grep"; git grep --threads=2 -c "changed" | md5sum
@@ -599,9 +610,9 @@ wl_needs_tar="tar gzip xz md5sum find xargs"
 wl_tar() {
 	export LC_ALL=C
 
-	local tree=$REAL_TMP/tree tarflags
-	awk -v top="$tree" 'BEGIN {
-		for (d = 0; d < 40; d++) {
+	local tree=$REAL_TMP/tree tarflags n=${WL_TAR_FILES:-2000}
+	awk -v top="$tree" -v ndirs=$((n / 50)) 'BEGIN {
+		for (d = 0; d < ndirs; d++) {
 			dir = sprintf("%s/d%02d/e%d", top, d, d % 3)
 			system("mkdir -p " dir)
 			for (f = 0; f < 50; f++) {

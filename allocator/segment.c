@@ -67,6 +67,8 @@ static struct segment *segment_map(void)
 		memset(seg, 0, sizeof(*seg));   /* the header; the units keep their pages */
 	else if (!(seg = os_map_aligned(SEG_SIZE, SEG_SIZE)))
 		return NULL;
+	else   /* the loop below writes every page of the descriptor array */
+		os_populate(seg, sizeof(*seg));
 	if ((uintptr_t)seg >> REG_ADDR_BITS) {   /* outside what the registry covers */
 		os_unmap(seg, SEG_SIZE);
 		errno = ENOMEM;
@@ -150,8 +152,7 @@ static void set_bits(uint64_t *map, unsigned first, unsigned n, bool on)
  * (clean_free_units, dirty_free_units) follow every move. aged_map is a
  * subset of dirty_map: a claim clears both bits, a free sets neither.
  */
-/* Returns how many of the units were dirty. */
-static unsigned units_take(struct segment *seg, unsigned first, unsigned n, bool *zeroed)
+static void units_take(struct segment *seg, unsigned first, unsigned n, bool *zeroed)
 {
 	unsigned dirty = 0;
 
@@ -168,7 +169,6 @@ static unsigned units_take(struct segment *seg, unsigned first, unsigned n, bool
 	WRITE_ONCE(clean_free_units, clean_free_units - (n - dirty));
 	if (zeroed)
 		*zeroed = dirty == 0;
-	return dirty;
 }
 
 static void units_give(struct segment *seg, unsigned first, unsigned n, bool dirty)
@@ -240,15 +240,14 @@ static unsigned find_window(const struct segment *seg, unsigned n, unsigned *cle
 	return best;
 }
 
-/* Returns the run's head; *clean is true when some unit holds no memory. */
 static struct slab *run_claim(struct segment *seg, unsigned first, unsigned n, uint8_t kind,
-			      bool *zeroed, bool *clean)
+			      bool *zeroed)
 {
 	struct slab *head = &seg->desc[first];
 
 	if (unlikely(!biased_try_get(&seg->users)))
 		uslab_fatal("malloc", seg, "internal error: run from a segment being released");
-	*clean = units_take(seg, first, n, zeroed) < n;
+	units_take(seg, first, n, zeroed);
 	head->nunits = (uint16_t)n;
 	head->kfree_magic = head->kfree_limit = 0;
 	head->span = 0;
@@ -310,13 +309,9 @@ struct slab *segment_alloc_units(unsigned n, uint8_t kind, bool *zeroed)
 			return NULL;
 	}
 found:;
-	bool clean;
-	struct slab *head = run_claim(seg, first, n, kind, zeroed, &clean);
+	struct slab *head = run_claim(seg, first, n, kind, zeroed);
 
 	spin_unlock(&seg_lock);
-	/* a new slab writes a free pointer into every object at once */
-	if (clean && kind == SLAB_KIND_SLAB)
-		os_populate((void *)slab_start(head), (size_t)n << UNIT_SHIFT);
 	if (fresh)   /* raced: someone else made room; keep ours as the reserve */
 		segment_give_back(fresh);
 	segment_decay();

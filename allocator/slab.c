@@ -59,11 +59,18 @@ static void remove_partial(struct uslab_cache *s, struct slab *slab)
  */
 struct slab *slab_new(struct uslab_cache *s)
 {
-	struct slab *slab = segment_alloc_units(s->units, SLAB_KIND_SLAB, NULL);
+	bool fresh;
+	struct slab *slab = segment_alloc_units(s->units, SLAB_KIND_SLAB, &fresh);
 	char *obj;
 
 	if (!slab)
 		return NULL;
+	/* The chain below writes a free pointer into every object: with objects
+	 * up to a page that is every page, so fault them in with one call
+	 * (docs/slab.md); larger objects leave pages between their first words
+	 * untouched until used, and those stay lazy. */
+	if (fresh && s->stride <= 4096)
+		os_populate((void *)slab_start(slab), (size_t)s->units << UNIT_SHIFT);
 	slab->base = slab_start(slab);
 	slab->next = slab->prev = NULL;
 	slab->on_partial = 0;

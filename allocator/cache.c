@@ -875,7 +875,7 @@ USLAB_API int uslab_cache_destroy(struct uslab_cache *s)
 	spin_lock(&heaps_lock);
 	for (struct thread_heap *h = heaps; h; h = h->next)
 		for (int i = 0; i < NR_CACHE_STATS; i++)
-			if (h->stat[s->id][i])
+			if (__atomic_load_n(&h->stat[s->id][i], __ATOMIC_RELAXED))
 				__atomic_store_n(&h->stat[s->id][i], 0, __ATOMIC_RELAXED);
 	spin_unlock(&heaps_lock);
 	cache_ids[s->id / 64] &= ~(1ull << (s->id % 64));

@@ -188,19 +188,31 @@ static void units_give(struct segment *seg, unsigned first, unsigned n, bool dir
 		nr_empty_segments++;
 }
 
+/* The first index >= i whose bit in map is `want` (SEG_UNITS if none):
+ * a word at a time, so sparse and full maps cost a few instructions. */
+static unsigned next_bit(const uint64_t *map, unsigned i, bool want)
+{
+	while (i < SEG_UNITS) {
+		uint64_t w = want ? map[i / 64] : ~map[i / 64];
+
+		w &= ~0ull << (i % 64);
+		if (w)
+			return (i & ~63u) + (unsigned)__builtin_ctzll(w);
+		i = (i & ~63u) + 64;
+	}
+	return SEG_UNITS;
+}
+
 /* First fit run of n units set in map (the dirty_map: runs still
  * committed throughout); SEG_UNITS when there is none. */
 static unsigned find_run(const uint64_t *map, unsigned n)
 {
-	unsigned run = 0;
+	for (unsigned i = next_bit(map, SEG_HDR_UNITS, true); i < SEG_UNITS;) {
+		unsigned end = next_bit(map, i, false);
 
-	for (unsigned i = SEG_HDR_UNITS; i < SEG_UNITS; i++) {
-		if (!bit(map, i)) {
-			run = 0;
-			continue;
-		}
-		if (++run == n)
-			return i + 1 - n;
+		if (end - i >= n)
+			return i;
+		i = next_bit(map, end, true);
 	}
 	return SEG_UNITS;
 }
@@ -210,32 +222,35 @@ static unsigned find_run(const uint64_t *map, unsigned n)
  * will page-fault when used), the first among equals; SEG_UNITS when seg
  * has no free run of n. *clean is its count of clean units. A run that is
  * partly committed spares that many faults, where first fit over the free
- * map would often pick fresh units next to committed ones.
+ * map would often pick fresh units next to committed ones. Free runs are
+ * found a word at a time; only runs of n or more are slid over.
  */
 static unsigned find_window(const struct segment *seg, unsigned n, unsigned *clean)
 {
-	unsigned best = SEG_UNITS, best_clean = n + 1, run = 0, c = 0;
+	unsigned best = SEG_UNITS, best_clean = n + 1;
 
-	for (unsigned i = SEG_HDR_UNITS; i < SEG_UNITS; i++) {
-		if (!seg->free_map[i / 64] && i % 64 == 0) {   /* a word with nothing free */
-			run = c = 0;
-			i += 63;
-			continue;
-		}
-		if (!bit(seg->free_map, i)) {
-			run = c = 0;
-			continue;
-		}
-		c += !bit(seg->dirty_map, i);
-		if (++run > n)
-			c -= !bit(seg->dirty_map, i - n);
-		if (run >= n && c < best_clean) {
-			best = i + 1 - n;
-			best_clean = c;
-			if (!c)
-				break;
-		}
+	if (!seg->dirty_units) {   /* every window is all clean: first fit */
+		best = find_run(seg->free_map, n);
+		*clean = best < SEG_UNITS ? n : n + 1;
+		return best;
 	}
+	for (unsigned i = next_bit(seg->free_map, SEG_HDR_UNITS, true); i < SEG_UNITS;) {
+		unsigned end = next_bit(seg->free_map, i, false), c = 0;
+
+		for (unsigned k = i; k < end; k++) {
+			c += !bit(seg->dirty_map, k);
+			if (k >= i + n)
+				c -= !bit(seg->dirty_map, k - n);
+			if (k + 1 >= i + n && c < best_clean) {
+				best = k + 1 - n;
+				best_clean = c;
+				if (!c)
+					goto done;
+			}
+		}
+		i = next_bit(seg->free_map, end, true);
+	}
+done:
 	*clean = best_clean;
 	return best;
 }

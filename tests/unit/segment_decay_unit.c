@@ -9,6 +9,9 @@
  *   huge         a freed huge mapping kept in the huge cache is unmapped by
  *                the decay tick of any slow path once it is older than
  *                USLAB_DECAY_MS, not only by the next huge request
+ *   placement    a run goes where its units are still committed: onto a
+ *                freed run of dirty units of its length, else the window
+ *                with the fewest clean units, not the first free one
  *   carve        a new segment is carved from a cached huge range before
  *                anything is mapped; its units count as dirty (never handed
  *                out as zeroed) and the range's rest stays cached
@@ -118,6 +121,43 @@ static void test_huge(void)
 	CHECK_EQ(kmalloc_huge_cached_bytes(), 0);
 }
 
+static void test_placement(void)
+{
+	enum { N = 12 };
+	struct slab *u[N];
+
+	for (int i = 0; i < N; i++) {
+		u[i] = unit_new();
+		CHECK(u[i] != NULL);
+		if (!u[i])
+			return;
+	}
+	/* consecutive units? (a fresh segment hands them out in order) */
+	for (int i = 1; i < N; i++)
+		if (slab_start(u[i]) != slab_start(u[i - 1]) + UNIT_SIZE)
+			return;   /* not laid out as expected: nothing to check */
+	/* 1..5 and 10 free and clean, 6..9 free and dirty, 0 and 11 in use */
+	for (int i = 1; i <= 5; i++)
+		segment_free_units(u[i]);
+	segment_free_units(u[10]);
+	segment_purge_all();
+	for (int i = 6; i <= 9; i++)
+		segment_free_units(u[i]);
+	/* four units: the dirty run 6..9, not the first fit 1..4 */
+	struct slab *r = segment_alloc_units(4, SLAB_KIND_LARGE, NULL);
+	CHECK(r != NULL && slab_start(r) == slab_start(u[6]));
+	if (r)
+		segment_free_units(r);
+	/* five: no dirty run that long; 5..9 and 6..10 have one clean unit
+	 * each (the first wins), 1..5 five */
+	r = segment_alloc_units(5, SLAB_KIND_LARGE, NULL);
+	CHECK(r != NULL && slab_start(r) == slab_start(u[5]));
+	if (r)
+		segment_free_units(r);
+	segment_free_units(u[0]);
+	segment_free_units(u[11]);
+}
+
 static void test_carve(void)
 {
 	size_t len = 3 * SEG_SIZE;
@@ -163,6 +203,7 @@ int main(void)
 	options_parse_entry("USLAB_DECAY_MS=100");
 	test_generations();
 	test_huge();
+	test_placement();
 	test_carve();
 	return test_done("segment_decay_unit");
 }

@@ -405,16 +405,13 @@ static void purge(uint64_t now, uint64_t decay, size_t keep_units)
 
 			if (!seg->dirty_units || (aging && now - seg->aged_ms < decay))
 				continue;
-			for (i = SEG_HDR_UNITS; i < SEG_UNITS && nr < PURGE_BATCH &&
-						 dirty_free_units > (aging ? 0 : keep_units); i++) {
-				if (!bit(map, i))
-					continue;
-				unsigned n = 1;
-				while (i + n < SEG_UNITS && bit(map, i + n))
-					n++;
+			for (i = next_bit(map, SEG_HDR_UNITS, true); i < SEG_UNITS && nr < PURGE_BATCH &&
+						 dirty_free_units > (aging ? 0 : keep_units);) {
+				unsigned n = next_bit(map, i, false) - i;
+
 				units_take(seg, i, n, NULL);   /* reserved while zapped */
 				r[nr++] = (struct purge_range){ seg, i, n };
-				i += n;
+				i = next_bit(map, i + n, true);
 			}
 			if (aging && i >= SEG_UNITS) {   /* all aged ones taken: tick */
 				memcpy(seg->aged_map, seg->dirty_map, sizeof(seg->aged_map));
@@ -473,7 +470,7 @@ void segment_decay(void)
 	uint64_t decay = (uint64_t)option(OPT_DECAY_MS);
 	size_t dirty_bytes = READ_ONCE(dirty_free_units) << UNIT_SHIFT;
 
-	if (decay == 0) {   /* huge_cache_put gives ranges back at once */
+	if (decay == 0) {   /* huge_cache_put expires the huge cache itself */
 		if (dirty_bytes)
 			purge(0, 0, 0);
 		return;

@@ -69,7 +69,7 @@ struct slab *slab_new(struct uslab_cache *s)
 	 * up to a page that is every page, so fault them in with one call
 	 * (docs/slab.md); larger objects leave pages between their first words
 	 * untouched until used, and those stay lazy. */
-	if (fresh && s->stride <= 4096)
+	if (fresh && s->stride <= os_page_size())
 		os_populate((void *)slab_start(slab), (size_t)s->units << UNIT_SHIFT);
 	slab->base = slab_start(slab);
 	slab->next = slab->prev = NULL;

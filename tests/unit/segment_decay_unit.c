@@ -102,17 +102,25 @@ static void test_generations(void)
 	CHECK_EQ(segment_unit_state(last), CLEAN);
 }
 
-static void test_huge(void)
+/* A huge block of len bytes, filled with byte, freed into the huge cache:
+ * where it was, or NULL. */
+static char *free_huge_block(size_t len, int byte)
 {
-	size_t len = LARGE_MAX + (1u << 20);
 	char *p = uslab_malloc(len);
 
 	CHECK(p != NULL);
 	if (!p)
-		return;
-	memset(p, 1, len);
+		return NULL;
+	memset(p, byte, len);
 	uslab_free(p);
 	CHECK(kmalloc_huge_cached_bytes() >= len);
+	return p;
+}
+
+static void test_huge(void)
+{
+	if (!free_huge_block(LARGE_MAX + (1u << 20), 1))
+		return;
 	sleep_ms(2 * DECAY);
 	/* no huge request from here on: an ordinary slow path must do it */
 	struct slab *u = unit_new();
@@ -161,15 +169,11 @@ static void test_placement(void)
 static void test_carve(void)
 {
 	size_t len = 3 * SEG_SIZE;
-	char *p = uslab_malloc(len);
+	char *p = free_huge_block(len, 0x77);
 
-	CHECK(p != NULL);
 	if (!p)
 		return;
-	memset(p, 0x77, len);
-	uslab_free(p);
 	size_t cached = kmalloc_huge_cached_bytes();
-	CHECK(cached >= len);
 
 	/* take 1 MiB runs until one comes from the freed block */
 	enum { MAX_RUNS = 64 };

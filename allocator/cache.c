@@ -237,14 +237,15 @@ static void slab_set_owner(struct slab *slab)
 
 /*
  * Owner only: give up a frozen slab. Its private objects are the chain
- * `chain` (the cpu freelist, for the active slab) plus its owner-local
- * list; both are spliced back by one dwcas in slab_unfreeze. owner is
- * cleared first, so no later free by this thread goes to the local list.
+ * `chain` (the cpu freelist, for the active slab), its owner-local list and
+ * its objects not built yet (an active slab's); all are spliced back by one
+ * dwcas in slab_unfreeze. owner is cleared first, so no later free by this
+ * thread goes to the local list.
  */
 static void slab_release(struct uslab_cache *s, struct slab *slab, void *chain)
 {
 	void *head = NULL, *tail = NULL;
-	unsigned n = 0;
+	unsigned n = 0, k;
 
 	slab_clear_owner(slab);
 	for (void *p = chain; p; p = fp_get(s, p)) {
@@ -264,6 +265,12 @@ static void slab_release(struct uslab_cache *s, struct slab *slab, void *chain)
 		stat_add(s, STAT_FREE_LOCAL, (long)slab->local_count);
 		slab->local_free = NULL;
 		slab->local_count = 0;
+	}
+	if (slab->built < s->objects) {
+		head = slab_build(s, slab, head, true, &k);
+		n += k;
+		if (!tail)
+			tail = (char *)slab->base + (size_t)(s->objects - 1) * s->stride;
 	}
 	slab_unfreeze(s, slab, head, tail, n);
 }
@@ -461,6 +468,8 @@ void *cache_alloc_slow(struct uslab_cache *s)
 	if (c->slab) {
 		/* owner-local and remote frees to the active slab first */
 		freelist = slab_take_private(s, c->slab, &count);
+		if (!freelist && c->slab->built < s->objects)
+			freelist = slab_build(s, c->slab, NULL, false, &count);
 		if (freelist) {
 			c->freelist = freelist;
 			goto supplied;
@@ -492,8 +501,7 @@ void *cache_alloc_slow(struct uslab_cache *s)
 			errno = ENOMEM;
 			return NULL;
 		}
-		freelist = (void *)slab->base;
-		count = s->objects;
+		freelist = slab_build(s, slab, NULL, false, &count);
 	}
 	slab_set_owner(slab);
 activate:
@@ -814,6 +822,13 @@ static void flush_all_heaps(struct uslab_cache *s)
 			cpu_slab_flush(s, heap_cpu_slab(h, s));
 }
 
+/* Objects of a slab not built yet: counted in use by its word, never live.
+ * Racy for another thread's active slab (the count only falls). */
+static unsigned slab_unbuilt(const struct uslab_cache *s, const struct slab *slab)
+{
+	return s->objects - READ_ONCE(slab->built);
+}
+
 struct live_count {
 	struct uslab_cache *s;
 	size_t live, slabs;
@@ -826,7 +841,7 @@ static void count_live(struct slab *slab, void *arg)
 	if (READ_ONCE(slab->cache) != lc->s)
 		return;
 	lc->slabs++;
-	lc->live += ctr_inuse(dwcas_read(&slab->xword).hi);
+	lc->live += ctr_inuse(dwcas_read(&slab->xword).hi) - slab_unbuilt(lc->s, slab);
 	/* owner-local frees are counted in use in the word; only the owner may
 	 * read its list, so another thread's count as live until it flushes */
 	if (READ_ONCE(slab->owner) == tls_heap)
@@ -961,7 +976,7 @@ static unsigned walk_chain(struct validate *v, struct slab *slab, void *p, uint6
 			   const char *which, bool foreign_ok)
 {
 	struct uslab_cache *s = v->s;
-	unsigned n = 0, steps = 0;
+	unsigned n = 0, steps = 0, built = READ_ONCE(slab->built);
 
 	for (; p; p = fp_get(s, p)) {
 		uintptr_t off = (uintptr_t)p - slab->base;
@@ -978,6 +993,10 @@ static unsigned walk_chain(struct validate *v, struct slab *slab, void *p, uint6
 			break;
 		}
 		size_t i = off / s->stride;
+		if (i >= built) {
+			VPROBLEM(v, slab, "%s freelist holds %p, not built yet", which, p);
+			break;
+		}
 		if (seen[i / 64] & (1ull << (i % 64))) {
 			VPROBLEM(v, slab, "object %p is on a freelist twice (%s)", p, which);
 			break;
@@ -1032,8 +1051,15 @@ static void validate_slab(struct slab *slab, void *arg)
 	} else if (owner) {
 		VPROBLEM(v, slab, "owner heap has no cpu slab for this cache");
 	}
-	if (priv > inuse)
-		VPROBLEM(v, slab, "private objects %u exceed inuse %u", priv, inuse);
+	unsigned built = READ_ONCE(slab->built);
+	if (built > objects)
+		VPROBLEM(v, slab, "built %u of %u objects", built, objects);
+	else if (built < objects && !active)
+		VPROBLEM(v, slab, "%u of %u objects built, but no thread's active slab", built,
+			 objects);
+	else if (priv + (objects - built) > inuse)
+		VPROBLEM(v, slab, "private %u + unbuilt %u objects exceed inuse %u", priv,
+			 objects - built, inuse);
 	if (slab->on_partial)
 		v->on_list++;
 	if (frozen && slab->on_partial)
@@ -1130,7 +1156,7 @@ static void report_slab(struct slab *slab, void *arg)
 	if (READ_ONCE(slab->cache) != w->s)
 		return;
 	w->r->slabs++;
-	w->r->live_objects += ctr_inuse(dwcas_read(&slab->xword).hi);
+	w->r->live_objects += ctr_inuse(dwcas_read(&slab->xword).hi) - slab_unbuilt(w->s, slab);
 	if (READ_ONCE(slab->owner) == tls_heap) {   /* only the owner may look */
 		w->r->live_objects -= (long)slab->local_count;
 		w->r->stat[STAT_FREE_LOCAL] += (long)slab->local_count;

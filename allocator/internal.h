@@ -123,7 +123,9 @@ struct slab {
 	uint8_t on_partial;            /* on cache->partial; changed under list_lock */
 	uint32_t unit;                 /* index of this unit in its segment */
 	uint32_t span;                 /* objects * stride */
-	char pad[12];
+	uint32_t built;                /* objects linked so far (slab_build); below
+					  objects only while frozen, owner-written */
+	char pad[8];
 };
 _Static_assert(offsetof(struct slab, xword) % 16 == 0, "the coupled word must be 16-aligned");
 _Static_assert(offsetof(struct slab, xword) == 64, "free-path fields share one cache line");
@@ -392,7 +394,9 @@ void *meta_alloc(size_t size);                        /* zeroed, cache-line alig
 void meta_free(void *p, size_t size);
 
 /* ---- slab.c ---------------------------------------------------------------- */
-struct slab *slab_new(struct uslab_cache *s);         /* frozen, full private list */
+struct slab *slab_new(struct uslab_cache *s);         /* frozen, nothing built */
+void *slab_build(struct uslab_cache *s, struct slab *slab, void *then, bool rest,
+		 unsigned *count);
 void slab_discard(struct uslab_cache *s, struct slab *slab);
 void slab_unfreeze(struct uslab_cache *s, struct slab *slab, void *head, void *tail,
 		   unsigned n);

@@ -54,28 +54,28 @@ static void remove_partial(struct uslab_cache *s, struct slab *slab)
 /* ---- slab life --------------------------------------------------------------- */
 
 /*
- * A new slab, FROZEN for the caller, its whole chain of objects private:
- * the chain starts at slab->base. Runs the constructor on every object.
+ * A new slab, FROZEN for the caller, every object counted in use and none
+ * built yet: the caller links the first ones with slab_build.
  */
 struct slab *slab_new(struct uslab_cache *s)
 {
 	bool fresh;
 	struct slab *slab = segment_alloc_units(s->units, SLAB_KIND_SLAB, &fresh);
-	char *obj;
 
 	if (!slab)
 		return NULL;
-	/* The chain below writes a free pointer into every object: with objects
-	 * up to a page that is every page, so fault them in with one call
-	 * (docs/slab.md); larger objects leave pages between their first words
-	 * untouched until used, and those stay lazy. */
-	if (fresh && s->stride <= os_page_size())
+	/* A busy cache will write every page of its next slab soon: fault them
+	 * in with one call (docs/slab.md). A cache's first slab is left to
+	 * fault page by page, as slab_build reaches it: a program that uses a
+	 * class for a few objects then writes one page of it, not four. */
+	if (fresh && s->stride <= os_page_size() && atomic_long_read(&s->slabs_allocated))
 		os_populate((void *)slab_start(slab), (size_t)s->units << UNIT_SHIFT);
 	slab->base = slab_start(slab);
 	slab->next = slab->prev = NULL;
 	slab->on_partial = 0;
 	slab->local_free = NULL;
 	slab->local_count = 0;
+	slab->built = 0;
 	slab_clear_owner(slab);
 	slab->span = s->objects * s->stride;
 	/* malloc's free fast path accepts only kmalloc objects */
@@ -83,12 +83,6 @@ struct slab *slab_new(struct uslab_cache *s)
 		object_index_magic(s->stride, s->objects, &slab->kfree_magic, &slab->kfree_limit);
 	else
 		slab->kfree_magic = slab->kfree_limit = 0;
-	obj = (char *)slab->base;
-	for (unsigned i = 0; i < s->objects; i++, obj += s->stride) {
-		if (s->ctor)
-			s->ctor(obj);
-		fp_set(s, obj, i + 1 < s->objects ? obj + s->stride : NULL);
-	}
 	/* Not yet visible to any other thread: plain word stores suffice. */
 	WRITE_ONCE(slab->xword.lo, 0);
 	WRITE_ONCE(slab->xword.hi, ctr_make(s->objects, s->objects, true));
@@ -97,6 +91,40 @@ struct slab *slab_new(struct uslab_cache *s)
 	atomic_long_inc(&s->slabs_allocated);
 	stat_add(s, STAT_NEW_SLAB, 1);
 	return slab;
+}
+
+/*
+ * Owner only: bring the next objects of a frozen slab into existence, the
+ * constructor run on each and their free pointers linked, the last one to
+ * `then`. The first call builds the objects that start in the slab's first
+ * page, each later one as many again as are built (a slab's pages are
+ * written about as fast as they are used, in a handful of calls), `rest`
+ * all that remain. Unbuilt objects are counted in use by the coupled word
+ * and sit on no list: they are the owner's, like its private chain, and
+ * slab_release builds them before the slab is unfrozen, so an unfrozen slab
+ * is always fully built. Returns the chain; *count its length.
+ */
+void *slab_build(struct uslab_cache *s, struct slab *slab, void *then, bool rest,
+		 unsigned *count)
+{
+	unsigned first = slab->built, n = s->objects - first;
+	char *start = (char *)slab->base + (size_t)first * s->stride, *obj = start;
+
+	if (!rest) {
+		unsigned step = first ? first :
+			(unsigned)((os_page_size() + s->stride - 1) / s->stride);
+
+		if (step < n)
+			n = step;
+	}
+	for (unsigned i = 0; i < n; i++, obj += s->stride) {
+		if (s->ctor)
+			s->ctor(obj);
+		fp_set(s, obj, i + 1 < n ? obj + s->stride : then);
+	}
+	WRITE_ONCE(slab->built, first + n);   /* validate and info read it */
+	*count = n;
+	return start;
 }
 
 /* An EMPTY slab that no list holds goes back to its segment. */

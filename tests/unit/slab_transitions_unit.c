@@ -21,6 +21,7 @@
 
 #define OBJ_SIZE 256
 #define PER      64          /* objects per slab at OBJ_SIZE */
+#define PAGE_OBJS 16         /* objects a new slab builds first (those in its first 4 KiB page) */
 
 /* ---- the puppet thread and short-lived threads ------------------------------------- */
 
@@ -301,7 +302,7 @@ static struct uslab_cache *new_cache(const char *name)
 	struct uslab_cache *c = uslab_cache_create(name, OBJ_SIZE, 0, USLAB_REMOTE_IMMEDIATE, NULL);
 
 	REQUIRE(c != NULL);
-	REQUIRE(c->objects == PER);
+	REQUIRE(c->objects == PER && os_page_size() == PAGE_OBJS * OBJ_SIZE);
 	REQUIRE(c->cpu_partial >= 2 && c->min_partial >= 2 && c->min_partial <= 15);
 	return c;
 }
@@ -333,13 +334,30 @@ static void test_new_slab_is_frozen(void)
 
 	CHECK((uintptr_t)x == w.slab->base);
 	CHECK(w.frozen);
-	CHECK(w.freelist == NULL);                 /* the whole chain went private */
+	CHECK(w.freelist == NULL);                 /* every object went private */
 	CHECK_EQ(w.inuse, PER);
 	CHECK_EQ(w.objects, PER);
 	CHECK(!w.on_partial);
 	CHECK(cs->slab == w.slab);
+	/* built so far: the objects that start in the first page */
+	CHECK_EQ(w.slab->built, PAGE_OBJS);
 	CHECK(cs->freelist == (char *)x + c->stride);
-	CHECK_EQ(chain_len(c, cs->freelist), PER - 1);
+	CHECK_EQ(chain_len(c, cs->freelist), PAGE_OBJS - 1);
+	CHECK_EQ(uslab_cache_validate(c), 0);
+	/* the next object starts the second build: as many again */
+	void *first_page[PAGE_OBJS];
+	first_page[0] = x;
+	for (int i = 1; i < PAGE_OBJS; i++)
+		first_page[i] = uslab_cache_alloc(c);
+	CHECK_EQ(w.slab->built, PAGE_OBJS);
+	void *y = uslab_cache_alloc(c);
+	CHECK(y == (char *)x + PAGE_OBJS * c->stride);
+	CHECK_EQ(w.slab->built, 2 * PAGE_OBJS);
+	CHECK_EQ(chain_len(c, cs->freelist), PAGE_OBJS - 1);
+	CHECK_EQ(uslab_cache_validate(c), 0);
+	uslab_cache_free(c, y);
+	for (int i = PAGE_OBJS - 1; i > 0; i--)
+		uslab_cache_free(c, first_page[i]);
 	CHECK_EQ(info_of(c).slabs, 1);
 	CHECK_EQ(info_of(c).slabs_allocated, 1);
 	CHECK_EQ(info_of(c).live_objects, 1);
@@ -433,7 +451,9 @@ static void test_flush_to_partial(void)
 	struct word w = word_of(objs[0]);
 	CHECK(!w.frozen && w.on_partial);
 	CHECK_EQ(w.inuse, 10);
-	CHECK(w.freelist == (char *)objs[9] + c->stride);   /* the private chain, spliced */
+	/* the private chain spliced, the objects not built yet built first */
+	CHECK_EQ(w.slab->built, PER);
+	CHECK(w.freelist == (char *)objs[0] + PAGE_OBJS * c->stride);
 	CHECK_EQ(chain_len(c, w.freelist), PER - 10);
 	CHECK_EQ(nr_partial(c), 1);
 	CHECK(this_cpu_slab(c)->slab == NULL && this_cpu_slab(c)->freelist == NULL);

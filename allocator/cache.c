@@ -451,7 +451,7 @@ void *cache_alloc_slow(struct uslab_cache *s)
 	/* acquire: pairs with cache_setup's release of objects, so a kmalloc
 	 * cache is used only once its id, chunk and cpu_offset are visible */
 	if (unlikely(!smp_load_acquire(&s->objects))) {   /* static kmalloc cache */
-		if (!kmalloc_init())
+		if (!kmalloc_class_init(s))
 			return NULL;
 		return cache_alloc_fast(s);
 	}

@@ -475,7 +475,7 @@ struct slab *heap_run_take(unsigned units);            /* one of units..units*5/
 /* id < 0: the first free id above the kmalloc range */
 int cache_setup(struct uslab_cache *s, const char *name, size_t size, size_t align,
 		unsigned flags, void (*ctor)(void *), int id);
-bool kmalloc_init(void);                               /* kmalloc.c: the static caches */
+bool kmalloc_class_init(struct uslab_cache *s);        /* kmalloc.c: a static cache */
 struct cache_report {
 	const char *name;
 	size_t size, object_size, objects_per_slab, slab_bytes;

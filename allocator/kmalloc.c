@@ -2,9 +2,9 @@
 /*
  * kmalloc.c - size classes -> static caches, large runs and huge mappings.
  *
- * The 41 small-class caches are static objects set up lazily by the first
- * slow-path allocation (kmalloc_init): before that their cpu slabs are the
- * empty ones, so the fast path needs no "initialised?" test.
+ * The 46 small-class caches are static objects, each set up lazily by its
+ * first slow-path allocation (kmalloc_class_init): before that its cpu slabs
+ * are the empty ones, so the fast path needs no "initialised?" test.
  *
  * Large blocks are runs of units in segments (descriptor kind LARGE). Huge
  * blocks are their own mappings, recorded in an open-addressing table under
@@ -90,36 +90,36 @@ const uint8_t kmalloc_big_class[SMALL_MAX / 128] = {
 };
 
 static spinlock_t kmalloc_init_lock = SPINLOCK_INIT;
-static int kmalloc_ready;
 
-bool kmalloc_init(void)
+/*
+ * Set up kmalloc cache s on its first slow-path allocation. One class at a
+ * time: a short-lived program that uses a dozen classes pays for a dozen
+ * (each setup writes its cache's lines), not for all of them.
+ */
+bool kmalloc_class_init(struct uslab_cache *s)
 {
-	if (smp_load_acquire(&kmalloc_ready))   /* pairs with the release below */
-		return true;
+	unsigned i = (unsigned)(s - kmalloc_caches);
+	int err = 0;
+
 	options_init();
 	spin_lock(&kmalloc_init_lock);
-	if (!kmalloc_ready) {
-		for (unsigned i = 0; i < NR_CLASSES; i++) {
-			char name[24];
-			unsigned sz = kmalloc_class_size[i];
+	if (!s->objects) {
+		char name[24];
+		unsigned sz = kmalloc_class_size[i];
+		/* natural alignment of the class: its power-of-two factor, max 16 */
+		unsigned align = sz & -sz;
 
-			snprintf(name, sizeof(name), "kmalloc-%u", sz);
-			/* natural alignment of the class: its power-of-two factor, max 16 */
-			unsigned align = sz & -sz;
-			if (align > 16)
-				align = 16;
-			/* no constructor: the free pointer is at offset 0, which
-			 * kmalloc()/kfree() use as a constant */
-			if (cache_setup(&kmalloc_caches[i], name, sz, align, 0, NULL, (int)i)) {
-				spin_unlock(&kmalloc_init_lock);
-				errno = ENOMEM;
-				return false;
-			}
-		}
-		smp_store_release(&kmalloc_ready, 1);
+		if (align > 16)
+			align = 16;
+		snprintf(name, sizeof(name), "kmalloc-%u", sz);
+		/* no constructor: the free pointer is at offset 0, which
+		 * kmalloc()/kfree() use as a constant */
+		err = cache_setup(s, name, sz, align, 0, NULL, (int)i);
 	}
 	spin_unlock(&kmalloc_init_lock);
-	return true;
+	if (err)
+		errno = ENOMEM;
+	return !err;
 }
 
 /* ---- huge blocks ------------------------------------------------------------ */
@@ -675,9 +675,15 @@ void *kmalloc_aligned(size_t align, size_t n)
 	/* slabs start on unit boundaries, so a class that is a multiple of
 	 * align (<= UNIT_SIZE) puts every object on an align boundary */
 	if (want <= SMALL_MAX && align <= UNIT_SIZE) {
-		for (unsigned c = size_class(want); c < NR_CLASSES; c++)
-			if (kmalloc_class_size[c] % align == 0)
-				return cache_alloc_fast(&kmalloc_caches[c]);
+		for (unsigned c = size_class(want); c < NR_CLASSES; c++) {
+			struct uslab_cache *s = &kmalloc_caches[c];
+
+			if (kmalloc_class_size[c] % align)
+				continue;
+			/* a class not set up yet has no cpu_offset to go by */
+			return likely(smp_load_acquire(&s->objects)) ? cache_alloc_fast(s) :
+								       cache_alloc_slow(s);
+		}
 	}
 	return malloc_large_or_huge(n, align, NULL);
 }
@@ -692,8 +698,8 @@ bool kmalloc_trim(void)
 	bool cached = kmalloc_huge_cached_bytes() != 0;
 
 	uslab_thread_flush();
-	if (smp_load_acquire(&kmalloc_ready))
-		for (unsigned i = 0; i < NR_CLASSES; i++)
+	for (unsigned i = 0; i < NR_CLASSES; i++)
+		if (smp_load_acquire(&kmalloc_caches[i].objects))   /* set up */
 			cache_shrink_partial(&kmalloc_caches[i]);
 	segment_purge_all();
 	segment_release_empty_over(0);

@@ -47,6 +47,9 @@ static void heap_thread_exit(void *arg);
 static void cpu_slab_flush(struct uslab_cache *s, struct cpu_slab *c);
 static void cpu_partial_put(struct uslab_cache *s, struct cpu_slab *c, struct slab *slab);
 static void cpu_partial_drain(struct uslab_cache *s, struct cpu_slab *c);
+static void heap_messages_flush(struct thread_heap *h, uintptr_t leave);
+static void inbox_drain(struct thread_heap *h, unsigned id, uintptr_t leave);
+static void heap_inboxes_set(struct thread_heap *h, uintptr_t v);
 
 static void heap_key_create(void)
 {
@@ -87,6 +90,8 @@ static struct thread_heap *heap_get(void)
 		h->next = heaps;
 		heaps = h;
 	}
+	if (h->exited)   /* a recycled heap: messages may come again */
+		heap_inboxes_set(h, 0);
 	h->live = 1;
 	h->exited = 0;
 	spin_unlock(&heaps_lock);
@@ -164,9 +169,11 @@ static void heap_runs_flush(struct thread_heap *h)
 	h->run_units = 0;
 }
 
-static void heap_flush_all(struct thread_heap *h)
+/* leave: INBOX_CLOSED when its thread exits (see heap_messages_flush) */
+static void heap_flush_all(struct thread_heap *h, uintptr_t leave)
 {
 	heap_runs_flush(h);
+	heap_messages_flush(h, leave);
 	for (unsigned k = 0; k < NR_CHUNKS; k++) {
 		if (!(h->chunks_used >> k & 1))
 			continue;
@@ -190,7 +197,7 @@ static void heap_thread_exit(void *arg)
 	struct thread_heap *h = arg;
 
 	spin_lock(&heaps_lock);
-	heap_flush_all(h);
+	heap_flush_all(h, INBOX_CLOSED);
 	h->live = 0;
 	h->exited = 1;
 	spin_unlock(&heaps_lock);
@@ -212,7 +219,7 @@ USLAB_API void uslab_thread_flush(void)
 	if (h == &empty_heap)
 		return;
 	spin_lock(&heaps_lock);
-	heap_flush_all(h);
+	heap_flush_all(h, 0);
 	spin_unlock(&heaps_lock);
 }
 
@@ -463,6 +470,8 @@ void *cache_alloc_slow(struct uslab_cache *s)
 	stat_add(s, STAT_ALLOC_SLOW, 1);
 	if (c->freelist)
 		goto pop;
+	if (__atomic_load_n(&tls_heap->inbox[s->id], __ATOMIC_RELAXED))
+		inbox_drain(tls_heap, s->id, 0);   /* onto the local lists taken below */
 	c->foreign_left = s->foreign_max;   /* every foreign object has been reused */
 	cpu_stats_fold(s, c, 0, 0);
 	if (c->slab) {
@@ -537,15 +546,217 @@ static noinline void free_remote(struct uslab_cache *s, struct slab *slab, void 
 		cpu_partial_put(s, c, slab);
 }
 
+/* ---- remote frees by message (struct remote_msg in internal.h) ----------------
+ *
+ * Invariants. An object in a message is counted in use by its slab's word
+ * and is on no freelist: between its free and the owner's drain it is the
+ * message's. A message is in exactly one place: a heap's outbox (its
+ * sender's, owner-only), one inbox, or being drained by one thread (taken
+ * with one exchange). An inbox word is a stack of messages or INBOX_CLOSED:
+ * a sender's CAS never succeeds on a closed inbox, and its thread closes it
+ * (exchange) before giving its slabs up at exit, so every message pushed is
+ * drained by that thread, or, after its exit, never pushed (the sender frees
+ * the objects through their slabs' words instead). The drain trusts no
+ * routing: an object whose slab the heap no longer owns goes home by dwcas.
+ * Only an allocation of cache s drains s's inboxes, so a destroy, which no
+ * thread may race with uses of s, may take them all.
+ */
+
+static struct remote_msg *msg_get(struct thread_heap *h)
+{
+	struct remote_msg *m = h->msg_pool;
+
+	if (!m)
+		return meta_alloc(sizeof(*m));
+	h->msg_pool = m->next;
+	h->msg_pool_n--;
+	return m;
+}
+
+static void msg_put(struct thread_heap *h, struct remote_msg *m)
+{
+	if (h->msg_pool_n >= MSG_POOL_MAX) {
+		meta_free(m, sizeof(*m));
+		return;
+	}
+	m->next = h->msg_pool;
+	h->msg_pool = m;
+	h->msg_pool_n++;
+}
+
+/* Objects of m not taken by owner h (NULL: none) go home by dwcas, runs of
+ * one slab together; c (if not NULL) may freeze FULL slabs onto its list. */
+static void msg_free_objects(struct uslab_cache *s, struct remote_msg *m, struct thread_heap *owner,
+			     struct cpu_slab *c)
+{
+	long local = 0;
+
+	for (unsigned i = 0, j; i < m->count; i = j) {
+		void *head = m->obj[i];
+		struct slab *slab = ptr_to_slab(head);
+
+		if (owner && READ_ONCE(slab->owner) == owner) {
+			if (unlikely(head == slab->local_free))
+				uslab_fatal("free", head, "double free");
+			slab_local_push(slab, head, s->fp_offset);
+			local++;
+			j = i + 1;
+			continue;
+		}
+		for (j = i + 1; j < m->count && ptr_to_slab(m->obj[j]) == slab; j++) {
+			fp_set(s, m->obj[j], head);
+			head = m->obj[j];
+		}
+		if (__slab_free(s, slab, head, m->obj[i], j - i, c != NULL))
+			cpu_partial_put(s, c, slab);
+	}
+	if (local)   /* counted as remote frees when freed */
+		stat_add(s, STAT_FREE_LOCAL, -local);
+}
+
+/* Push m onto its heap's inbox, or, if that thread has exited, free its
+ * objects here. The outbox slot is the caller's to clear. */
+static void msg_send(struct thread_heap *h, struct remote_msg *m)
+{
+	struct uslab_cache *s = m->cache;
+	uintptr_t *box = &m->to->inbox[s->id];
+	uintptr_t old = __atomic_load_n(box, __ATOMIC_RELAXED);
+
+	do {
+		if (old & INBOX_CLOSED) {
+			msg_free_objects(s, m, NULL, cpu_slab_get(s));
+			msg_put(h, m);
+			return;
+		}
+		m->next = (struct remote_msg *)old;
+		/* release: the owner's acquire exchange sees the message filled */
+	} while (!__atomic_compare_exchange_n(box, &old, (uintptr_t)m, true, __ATOMIC_RELEASE,
+					      __ATOMIC_RELAXED));
+}
+
+static void outbox_send(struct thread_heap *h, unsigned id)
+{
+	struct remote_msg *m = h->outbox[id];
+
+	if (m) {
+		h->outbox[id] = NULL;
+		msg_send(h, m);
+	}
+}
+
+/* Owner h: take its messages for cache id (leaving the inbox empty, or
+ * closed at exit) and put their objects on its slabs' owner-local lists. */
+static void inbox_drain(struct thread_heap *h, unsigned id, uintptr_t leave)
+{
+	uintptr_t v = __atomic_exchange_n(&h->inbox[id], leave, __ATOMIC_ACQUIRE);
+	struct remote_msg *m = (struct remote_msg *)(v & ~INBOX_CLOSED), *next;
+
+	for (; m; m = next) {
+		next = m->next;
+		msg_free_objects(m->cache, m, h, heap_cpu_slab(h, m->cache));
+		msg_put(h, m);
+	}
+}
+
+/* Each id of h's used chunks. */
+#define for_each_heap_id(h, id)                                                         \
+	for (unsigned id = 0; id < MAX_CACHES; id++)                                    \
+		if ((h)->chunks_used >> (id / CPU_CHUNK) & 1)
+
+/*
+ * Owner (heaps_lock held): send every outbox, then drain every inbox. At
+ * exit (leave = INBOX_CLOSED) every inbox is closed by the same exchange
+ * that takes it, before the caller gives the slabs up: a later sender frees
+ * through the slabs' words, which a frozen slab's release then takes.
+ */
+static void heap_messages_flush(struct thread_heap *h, uintptr_t leave)
+{
+	for_each_heap_id(h, id)
+		outbox_send(h, id);
+	for_each_heap_id(h, id)
+		if (leave || __atomic_load_n(&h->inbox[id], __ATOMIC_RELAXED))
+			inbox_drain(h, id, leave);
+}
+
+/* heaps_lock held: reopen a recycled heap's inboxes (0), or close those of a
+ * thread that did not survive fork (INBOX_CLOSED: what was in them stays
+ * lost with the rest of its cached objects). */
+static void heap_inboxes_set(struct thread_heap *h, uintptr_t v)
+{
+	for_each_heap_id(h, id)
+		__atomic_store_n(&h->inbox[id], v, __ATOMIC_RELAXED);
+}
+
+/* Destroy, for each heap (heaps_lock held, no thread using s): its message
+ * for s being filled and those sent to it go home by dwcas. */
+static void heap_messages_drop(struct thread_heap *h, struct uslab_cache *s)
+{
+	struct remote_msg *m = h->outbox[s->id], *next;
+	uintptr_t old = __atomic_load_n(&h->inbox[s->id], __ATOMIC_RELAXED);
+
+	h->outbox[s->id] = NULL;
+	if (m) {
+		msg_free_objects(s, m, NULL, NULL);
+		meta_free(m, sizeof(*m));
+	}
+	/* keep a closed inbox closed */
+	while (!__atomic_compare_exchange_n(&h->inbox[s->id], &old, old & INBOX_CLOSED, true,
+					    __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+		;
+	for (m = (struct remote_msg *)(old & ~INBOX_CLOSED); m; m = next) {
+		next = m->next;
+		msg_free_objects(s, m, NULL, NULL);
+		meta_free(m, sizeof(*m));
+	}
+}
+
+/* Free obj, of a slab heap `to` owns, by message (see above). */
+static noinline void free_by_message(struct uslab_cache *s, struct slab *slab, void *obj,
+				     struct thread_heap *to)
+{
+	struct thread_heap *h = cpu_slab_get(s) ? tls_heap : NULL;   /* makes the heap */
+	struct remote_msg *m;
+
+	if (unlikely(!h)) {
+		free_remote(s, slab, obj);
+		return;
+	}
+	stat_add(s, STAT_FREE_REMOTE, 1);
+	m = h->outbox[s->id];
+	if (unlikely(m && m->count && m->obj[m->count - 1] == obj))
+		uslab_fatal("free", obj, "double free");
+	if (m && m->to != to) {
+		h->outbox[s->id] = NULL;
+		msg_send(h, m);
+		m = NULL;
+	}
+	if (!m) {
+		m = msg_get(h);
+		if (unlikely(!m)) {
+			if (__slab_free(s, slab, obj, obj, 1, true))
+				cpu_partial_put(s, heap_cpu_slab(h, s), slab);
+			return;
+		}
+		m->cache = s;
+		m->to = to;
+		m->count = 0;
+		h->outbox[s->id] = m;
+	}
+	m->obj[m->count++] = obj;
+	if (m->count == MSG_OBJS) {
+		h->outbox[s->id] = NULL;
+		msg_send(h, m);
+	}
+}
+
 /*
  * Free outside the active slab, the slab already looked up: a local push if
- * this thread froze the slab; else onto this thread's cpu freelist as a
- * foreign object (slab_free_cached: reused here, or given back to its slab
- * in runs, one dwcas per run, when the budget is spent); else — objects
- * under a cache line of a slab another thread owns, which go home so that
- * two threads never write one line, and caches made USLAB_REMOTE_IMMEDIATE —
- * one dwcas on the slab (which may freeze a FULL slab for us, onto our
- * cpu-partial list).
+ * this thread froze the slab; a message to the heap that froze it if
+ * another thread did; else (nobody owns it) onto this thread's cpu freelist
+ * as a foreign object (slab_free_cached: reused here, or given back to its
+ * slab in runs, one dwcas per run, when the budget is spent). Caches made
+ * USLAB_REMOTE_IMMEDIATE take one dwcas on the slab for every non-local
+ * free (which may freeze a FULL slab for us, onto our cpu-partial list).
  */
 static inline __attribute__((always_inline)) void
 free_local_or_remote(struct uslab_cache *s, struct slab *slab, void *obj)
@@ -558,8 +769,14 @@ free_local_or_remote(struct uslab_cache *s, struct slab *slab, void *obj)
 		slab_local_push(slab, obj, s->fp_offset);
 		return;
 	}
-	if ((owner && !s->foreign_owned) || (s->flags & USLAB_REMOTE_IMMEDIATE))
+	if (unlikely(s->flags & USLAB_REMOTE_IMMEDIATE)) {
 		free_remote(s, slab, obj);
+		return;
+	}
+	struct thread_heap *to = owner ? READ_ONCE(slab->owner) : NULL;
+
+	if (to)
+		free_by_message(s, slab, obj, to);
 	else
 		slab_free_cached(s, slab, obj);
 }
@@ -765,10 +982,6 @@ int cache_setup(struct uslab_cache *s, const char *name, size_t size, size_t ali
 	s->stride = (uint32_t)round_up(slot, align);
 	s->stride_magic = UINT64_MAX / s->stride + 1;
 	uint32_t objects = calculate_units(s);
-	/* Objects smaller than a line share it with their neighbours: handing one
-	 * from a slab another thread allocates from to this thread would make the
-	 * two write the same line (passive false sharing, cache-scratch). */
-	s->foreign_owned = s->stride >= CACHE_LINE;
 	s->foreign_max = (64u << 10) / s->stride;
 	s->foreign_max = s->foreign_max < 16 ? 16 : s->foreign_max > 1024 ? 1024 : s->foreign_max;
 	s->min_partial = ilog2(s->stride) / 2;
@@ -820,6 +1033,10 @@ static void flush_all_heaps(struct uslab_cache *s)
 	for (struct thread_heap *h = heaps; h; h = h->next)
 		if (heap_has_chunk(h, s))
 			cpu_slab_flush(s, heap_cpu_slab(h, s));
+	/* after every slab of s is unfrozen: the messages' objects go home */
+	for (struct thread_heap *h = heaps; h; h = h->next)
+		if (heap_has_chunk(h, s))
+			heap_messages_drop(h, s);
 }
 
 /* Objects of a slab not built yet: counted in use by its word, never live.
@@ -833,6 +1050,14 @@ struct live_count {
 	struct uslab_cache *s;
 	size_t live, slabs;
 };
+
+/* Before counting: objects other threads sent this one are free, not live. */
+static void own_inbox_drain(struct uslab_cache *s)
+{
+	if (heap_has_chunk(tls_heap, s) &&
+	    __atomic_load_n(&tls_heap->inbox[s->id], __ATOMIC_RELAXED))
+		inbox_drain(tls_heap, s->id, 0);
+}
 
 static void count_live(struct slab *slab, void *arg)
 {
@@ -905,6 +1130,8 @@ USLAB_API void uslab_cache_shrink(struct uslab_cache *s)
 
 	if (heap_has_chunk(h, s)) {
 		spin_lock(&heaps_lock);
+		outbox_send(h, s->id);
+		inbox_drain(h, s->id, 0);
 		cpu_slab_flush(s, heap_cpu_slab(h, s));
 		spin_unlock(&heaps_lock);
 	}
@@ -929,6 +1156,7 @@ USLAB_API int uslab_cache_info(struct uslab_cache *s, struct uslab_cache_info *i
 
 	if (!s || !info)
 		return -EINVAL;
+	own_inbox_drain(s);
 	segment_for_each_slab(count_live, &lc);
 	lc.live -= own_private_objects(s);
 	memset(info, 0, sizeof(*info));
@@ -1134,6 +1362,10 @@ void caches_unlock_all(bool child)
 {
 	for (struct uslab_cache *s = caches; s; s = s->next)
 		fork_unlock(&s->list_lock, child);
+	if (child)
+		for (struct thread_heap *h = heaps; h; h = h->next)
+			if (h->live && h != tls_heap)
+				heap_inboxes_set(h, INBOX_CLOSED);
 	fork_unlock(&heaps_lock, child);
 	if (child)
 		qrwlock_init(&cache_registry);
@@ -1173,6 +1405,7 @@ static void cache_report(struct uslab_cache *s, struct cache_report *r)
 {
 	struct report_walk w = { s, r };
 
+	own_inbox_drain(s);   /* first: it moves counts between statistics */
 	memset(r, 0, sizeof(*r));
 	r->name = s->name;
 	r->size = s->size;

@@ -183,6 +183,27 @@ _Static_assert(sizeof(struct cpu_slab) == sizeof(struct uslab_cpu_cache_), "usla
  * the pages (chunks of 64 cpu slabs) of caches the thread uses are ever
  * touched, and chunks_used says which, so walks never touch the others.
  */
+/*
+ * Remote frees by message (cache.c, docs/slab.md): a thread that frees
+ * objects of slabs another thread's heap owns collects the pointers, per
+ * cache, in a message addressed to that heap, and pushes the message onto
+ * the heap's inbox for the cache when it is full (or when the next object
+ * has another owner, or at flush). The owner takes the inbox in its
+ * allocation slow path and puts the objects on its own slabs' lists: only
+ * the owner writes its objects, and the freeing thread touches none.
+ */
+#define MSG_OBJS 60
+struct remote_msg {
+	struct remote_msg *next;       /* in an inbox, or in a heap's spare pool */
+	struct uslab_cache *cache;
+	struct thread_heap *to;
+	uint64_t count;
+	void *obj[MSG_OBJS];
+};
+_Static_assert(sizeof(struct remote_msg) == 512, "a message is 8 cache lines");
+#define INBOX_CLOSED 1ul               /* inbox word: its thread has exited */
+#define MSG_POOL_MAX 8                 /* spare messages a heap keeps */
+
 struct thread_heap {
 	struct cpu_slab cpu[MAX_CACHES];     /* ids 0..63: the kmalloc caches */
 	uint64_t chunks_used;                /* bit k: cpu[k*64 .. k*64+63] in use */
@@ -191,6 +212,13 @@ struct thread_heap {
 	struct thread_heap *next;            /* all heaps, under heaps_lock */
 	int live;                            /* owned by a running thread */
 	int exited;                          /* its thread ran the exit flush */
+	struct remote_msg *msg_pool;         /* spare messages (owner only) */
+	unsigned msg_pool_n;
+	/* by cache id: the message this thread is filling (owner only), and the
+	 * stack of messages other threads sent here (pushed by any thread with
+	 * a CAS, taken whole by the owner; INBOX_CLOSED from its exit on) */
+	struct remote_msg *outbox[MAX_CACHES];
+	uintptr_t inbox[MAX_CACHES] __attribute__((aligned(CACHE_LINE)));
 	/* statistics by cache id, written by the owner only (stat_add); heaps
 	 * live for good, so these are never lost; a new cache clears its row */
 	long stat[MAX_CACHES][NR_CACHE_STATS] __attribute__((aligned(CACHE_LINE)));
@@ -212,9 +240,7 @@ struct uslab_cache {
 	unsigned flags;
 	unsigned id;
 	unsigned min_partial;          /* empty slabs kept on the partial list */
-	unsigned foreign_max;          /* malloc: other threads' objects a thread caches */
-	unsigned foreign_owned;        /* ... also from slabs another thread owns: only
-					  when objects do not share cache lines */
+	unsigned foreign_max;          /* objects of slabs nobody owns a thread caches */
 	unsigned cpu_partial;          /* frozen slabs a thread may hold back */
 	void (*ctor)(void *);
 

@@ -93,10 +93,10 @@ static inline void *kmalloc(size_t n)
 /*
  * The fast path takes a valid kmalloc object (kfree_magic is 0 for every
  * other slab) of a slab this thread owns — onto the slab's owner-local list —
- * or of a slab nobody owns (or, for objects of a cache line or more, another
- * thread's), onto this thread's cpu freelist for the class while its foreign
- * budget lasts (a thread without a heap has none). Neither is an atomic.
- * kfree_slow looks again and tells everything else apart.
+ * or of a slab nobody owns, onto this thread's cpu freelist for the class
+ * while its foreign budget lasts (a thread without a heap has none). Neither
+ * is an atomic. kfree_slow looks again and tells everything else apart
+ * (another thread's slab: a message to its owner).
  */
 static inline void kfree(void *p, const char *call)
 {
@@ -119,7 +119,7 @@ static inline void kfree(void *p, const char *call)
 				struct cpu_slab *c = (struct cpu_slab *)((char *)READ_ONCE(tls_heap) +
 									 s->cpu_offset);
 				if (likely(c->foreign_left && p != c->freelist &&
-					   (s->foreign_owned || !READ_ONCE(slab->owner_tp)))) {
+					   !READ_ONCE(slab->owner_tp))) {
 					c->foreign_left--;
 					cpu_freelist_push(c, p, 0);
 					return;

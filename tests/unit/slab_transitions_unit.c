@@ -295,8 +295,8 @@ static void check_live(struct uslab_cache *c, size_t exact, size_t held, int lin
 #define CHECK_LIVE(c, exact, held) check_live(c, exact, held, __LINE__)
 
 /* USLAB_REMOTE_IMMEDIATE: a remote free here is the one dwcas whose effect
- * the steps check (without it, objects of a cache line or more are cached by
- * the freeing thread first; test_cached_remote_frees covers that) */
+ * the steps check (without it, frees of objects another thread owns go to it
+ * by message; test_remote_frees_by_message covers that) */
 static struct uslab_cache *new_cache(const char *name)
 {
 	struct uslab_cache *c = uslab_cache_create(name, OBJ_SIZE, 0, USLAB_REMOTE_IMMEDIATE, NULL);
@@ -1297,17 +1297,19 @@ static void test_validate_sees_damage(void)
 	finish(c, objs, 4);
 }
 
-/* ---- the default: another thread's objects wait on the freer's list (#2b) ----------- */
+/* ---- the default: another thread's objects go back to it by message (#2b) ------------ */
 
-static void test_cached_remote_frees(void)
+static void test_remote_frees_by_message(void)
 {
-	struct uslab_cache *c = uslab_cache_create("t-cached", OBJ_SIZE, 0, 0, NULL);
+	struct uslab_cache *c = uslab_cache_create("t-message", OBJ_SIZE, 0, 0, NULL);
 	static void *objs[PER / 2];
+	void *again[1];
 
 	REQUIRE(c != NULL);
 	other_do(job_alloc, c, objs, PER / 2);        /* the puppet's active slab */
 	struct word w0 = word_of(objs[0]);
-	CHECK(w0.frozen);
+	struct thread_heap *owner = w0.slab->owner;
+	CHECK(w0.frozen && owner != NULL && owner != tls_heap);
 	CHECK_EQ(w0.inuse, PER);
 
 	uslab_cache_free(c, objs[3]);
@@ -1315,30 +1317,89 @@ static void test_cached_remote_frees(void)
 	struct word w = word_of(objs[0]);
 	CHECK(w.frozen && w.freelist == w0.freelist);   /* the word is untouched */
 	CHECK_EQ(w.inuse, PER);
-	struct cpu_slab *cs = this_cpu_slab(c);
-	CHECK(cs->slab == NULL && cs->freelist == objs[4] && fp_get(c, objs[4]) == objs[3]);
-	CHECK_EQ(cs->foreign_left, c->foreign_max - 2);
-	CHECK_EQ(uslab_cache_validate(c), 0);
-	CHECK_LIVE(c, PER / 2 - 2, PER / 2);          /* the puppet holds PER / 2 */
-
-	void *x = uslab_cache_alloc(c);               /* reused here, last freed first */
-	CHECK(x == objs[4]);
-	CHECK(this_cpu_slab(c)->freelist == objs[3]);
-
-	uslab_thread_flush();                         /* the rest goes home, one dwcas */
-	w = word_of(objs[0]);
-	CHECK(w.frozen && w.freelist == objs[3] && fp_get(c, objs[3]) == w0.freelist);
-	CHECK_EQ(w.inuse, PER - 1);
+	/* nothing written into the objects: their pointers wait in this
+	 * thread's outbox, addressed to the owner */
+	struct remote_msg *m = tls_heap->outbox[c->id];
+	CHECK(m != NULL && m->to == owner && m->cache == c && m->count == 2);
+	CHECK(m && m->obj[0] == objs[3] && m->obj[1] == objs[4]);
 	CHECK(this_cpu_slab(c)->freelist == NULL);
+	CHECK_EQ(owner->inbox[c->id], 0);
 	CHECK_EQ(uslab_cache_validate(c), 0);
-	CHECK_LIVE(c, PER / 2 - 1, PER / 2);
+	CHECK_LIVE(c, PER / 2 - 2, 2);                /* a message's objects count as live */
 
-	uslab_cache_free(c, x);
-	uslab_thread_flush();
-	objs[3] = objs[4] = NULL;
+	uslab_thread_flush();                         /* sends what is in the outbox */
+	CHECK(tls_heap->outbox[c->id] == NULL);
+	CHECK(owner->inbox[c->id] == (uintptr_t)m && m->next == NULL);
+	w = word_of(objs[0]);
+	CHECK(w.frozen && w.freelist == w0.freelist && w.inuse == PER);
+	CHECK_EQ(uslab_cache_validate(c), 0);
+
+	/* the owner's next slow-path allocation takes its inbox: the objects go
+	 * on the slab's owner-local list, and come back last freed first */
+	other_do(job_alloc, c, again, 1);
+	CHECK(again[0] == objs[4]);
+	CHECK_EQ(owner->inbox[c->id], 0);
+	w = word_of(objs[0]);
+	CHECK(w.frozen && w.freelist == w0.freelist && w.inuse == PER);   /* still no dwcas */
+	CHECK_EQ(uslab_cache_validate(c), 0);
+	CHECK_LIVE(c, PER / 2 - 1, 1);                /* objs[3] is on the puppet's freelist */
+
+	objs[3] = NULL;                               /* objs[4] is live again */
 	other_do(job_free, c, objs, PER / 2);
 	CHECK_EQ(uslab_cache_validate(c), 0);
-	CHECK_EQ(uslab_cache_destroy(c), 0);   /* flushes the puppet's cpu slab */
+	CHECK_EQ(uslab_cache_destroy(c), 0);
+}
+
+/* A message addressed to a thread that exits before it is sent: the exit
+ * closes the inbox, and the sender frees the objects through their slab's
+ * word instead. Destroy sends nobody's messages but frees them too. */
+static void test_message_to_exited_thread(void)
+{
+	struct uslab_cache *c = uslab_cache_create("t-message-exit", OBJ_SIZE, 0, 0, NULL);
+	static void *objs[PER / 2];
+	struct puppet p2;
+
+	REQUIRE(c != NULL);
+	puppet_start(&p2);
+	struct job j = { .c = c, .objs = objs, .n = PER / 2 };
+	puppet_run(&p2, job_alloc, &j);
+	struct slab *slab = ptr_to_slab(objs[0]);
+	struct thread_heap *owner = slab->owner;
+	CHECK(owner != NULL && owner != tls_heap);
+
+	uslab_cache_free(c, objs[3]);
+	uslab_cache_free(c, objs[4]);
+	CHECK(tls_heap->outbox[c->id] != NULL && tls_heap->outbox[c->id]->count == 2);
+	puppet_stop(&p2);                             /* exit: slab released, inbox closed */
+	CHECK_EQ(owner->inbox[c->id], INBOX_CLOSED);
+	struct word w = word_of(objs[0]);
+	CHECK(!w.frozen && w.on_partial && w.inuse == PER / 2);
+	CHECK_EQ(uslab_cache_validate(c), 0);
+
+	uslab_thread_flush();                         /* the send finds it closed */
+	CHECK(tls_heap->outbox[c->id] == NULL);
+	CHECK_EQ(owner->inbox[c->id], INBOX_CLOSED);
+	w = word_of(objs[0]);
+	CHECK_EQ(w.inuse, PER / 2 - 2);
+	CHECK(w.freelist == objs[4] && fp_get(c, objs[4]) == objs[3]);   /* one run, one dwcas */
+	CHECK_EQ(uslab_cache_validate(c), 0);
+	CHECK_LIVE(c, PER / 2 - 2, 0);
+
+	/* destroy with objects in a message nobody sent: they are freed */
+	objs[3] = objs[4] = NULL;
+	other_do(job_alloc, c, objs + 3, 2);           /* the live puppet owns a slab */
+	void *rest[PER / 2];
+	unsigned n = 0;
+	for (int i = 0; i < PER / 2; i++)
+		if (i != 3 && i != 4)
+			rest[n++] = objs[i];
+	for (unsigned i = 0; i < n; i++)
+		uslab_cache_free(c, rest[i]);
+	uslab_cache_free(c, objs[3]);
+	uslab_cache_free(c, objs[4]);                 /* a message in this outbox */
+	CHECK(tls_heap->outbox[c->id] != NULL);
+	CHECK_EQ(uslab_cache_destroy(c), 0);
+	CHECK(tls_heap->outbox[c->id] == NULL);
 }
 
 int main(void)
@@ -1365,7 +1426,8 @@ int main(void)
 	test_dry_overflow_drains();
 	test_exit_dry_full();
 	test_thread_exit_unfreezes();
-	test_cached_remote_frees();
+	test_remote_frees_by_message();
+	test_message_to_exited_thread();
 	test_validate_sees_damage();
 	puppet_stop(&other);
 	return test_done("slab_transitions_unit");

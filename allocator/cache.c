@@ -562,26 +562,35 @@ static noinline void free_remote(struct uslab_cache *s, struct slab *slab, void 
  * thread may race with uses of s, may take them all.
  */
 
+/* A message for h to fill: a spare one, one its receivers gave back, or new. */
 static struct remote_msg *msg_get(struct thread_heap *h)
 {
 	struct remote_msg *m = h->msg_pool;
 
+	if (!m && __atomic_load_n(&h->msg_returns, __ATOMIC_RELAXED))
+		m = (struct remote_msg *)__atomic_exchange_n(&h->msg_returns, 0, __ATOMIC_ACQUIRE);
 	if (!m)
 		return meta_alloc(sizeof(*m));
 	h->msg_pool = m->next;
-	h->msg_pool_n--;
 	return m;
 }
 
+/* Done with m (h: the calling thread's heap): back to its sender, so that a
+ * thread that only receives keeps none and one that only sends makes few. */
 static void msg_put(struct thread_heap *h, struct remote_msg *m)
 {
-	if (h->msg_pool_n >= MSG_POOL_MAX) {
-		meta_free(m, sizeof(*m));
+	struct thread_heap *from = m->from;
+
+	if (from == h) {
+		m->next = h->msg_pool;
+		h->msg_pool = m;
 		return;
 	}
-	m->next = h->msg_pool;
-	h->msg_pool = m;
-	h->msg_pool_n++;
+	uintptr_t old = __atomic_load_n(&from->msg_returns, __ATOMIC_RELAXED);
+	do
+		m->next = (struct remote_msg *)old;
+	while (!__atomic_compare_exchange_n(&from->msg_returns, &old, (uintptr_t)m, true,
+					    __ATOMIC_RELEASE, __ATOMIC_RELAXED));
 }
 
 /* Objects of m not taken by owner h (NULL: none) go home by dwcas, runs of
@@ -622,6 +631,7 @@ static void msg_send(struct thread_heap *h, struct remote_msg *m)
 	uintptr_t *box = &m->to->inbox[s->id];
 	uintptr_t old = __atomic_load_n(box, __ATOMIC_RELAXED);
 
+	stat_add(s, STAT_FREE_REMOTE, (long)m->count);   /* counted as they leave */
 	do {
 		if (old & INBOX_CLOSED) {
 			msg_free_objects(s, m, NULL, cpu_slab_get(s));
@@ -721,7 +731,6 @@ static noinline void free_by_message(struct uslab_cache *s, struct slab *slab, v
 		free_remote(s, slab, obj);
 		return;
 	}
-	stat_add(s, STAT_FREE_REMOTE, 1);
 	m = h->outbox[s->id];
 	if (unlikely(m && m->count && m->obj[m->count - 1] == obj))
 		uslab_fatal("free", obj, "double free");
@@ -733,12 +742,14 @@ static noinline void free_by_message(struct uslab_cache *s, struct slab *slab, v
 	if (!m) {
 		m = msg_get(h);
 		if (unlikely(!m)) {
+			stat_add(s, STAT_FREE_REMOTE, 1);
 			if (__slab_free(s, slab, obj, obj, 1, true))
 				cpu_partial_put(s, heap_cpu_slab(h, s), slab);
 			return;
 		}
 		m->cache = s;
 		m->to = to;
+		m->from = h;
 		m->count = 0;
 		h->outbox[s->id] = m;
 	}
@@ -775,10 +786,10 @@ free_local_or_remote(struct uslab_cache *s, struct slab *slab, void *obj)
 	}
 	struct thread_heap *to = owner ? READ_ONCE(slab->owner) : NULL;
 
-	if (to)
-		free_by_message(s, slab, obj, to);
-	else
+	if (!to)
 		slab_free_cached(s, slab, obj);
+	else if (!outbox_add(tls_heap, s, slab, obj))
+		free_by_message(s, slab, obj, to);
 }
 
 void slab_free_slow(struct uslab_cache *s, struct slab *slab, void *obj)
@@ -1427,6 +1438,8 @@ static void cache_report(struct uslab_cache *s, struct cache_report *r)
 		long left = own_private_objects(s);
 
 		r->live_objects -= left;
+		if (h->outbox[s->id])   /* freed, not counted yet */
+			r->stat[STAT_FREE_REMOTE] += (long)h->outbox[s->id]->count;
 		r->stat[STAT_ALLOC_FAST] += (long)c->supplied + (long)c->fast_frees - left;
 		r->stat[STAT_FREE_FAST] += (long)c->fast_frees;
 	}

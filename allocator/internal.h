@@ -192,17 +192,17 @@ _Static_assert(sizeof(struct cpu_slab) == sizeof(struct uslab_cpu_cache_), "usla
  * allocation slow path and puts the objects on its own slabs' lists: only
  * the owner writes its objects, and the freeing thread touches none.
  */
-#define MSG_OBJS 60
+#define MSG_OBJS 59
 struct remote_msg {
-	struct remote_msg *next;       /* in an inbox, or in a heap's spare pool */
+	struct remote_msg *next;       /* in an inbox, a returns stack or a pool */
 	struct uslab_cache *cache;
 	struct thread_heap *to;
+	struct thread_heap *from;      /* its sender's heap, which gets it back */
 	uint64_t count;
 	void *obj[MSG_OBJS];
 };
 _Static_assert(sizeof(struct remote_msg) == 512, "a message is 8 cache lines");
 #define INBOX_CLOSED 1ul               /* inbox word: its thread has exited */
-#define MSG_POOL_MAX 8                 /* spare messages a heap keeps */
 
 struct thread_heap {
 	struct cpu_slab cpu[MAX_CACHES];     /* ids 0..63: the kmalloc caches */
@@ -213,7 +213,8 @@ struct thread_heap {
 	int live;                            /* owned by a running thread */
 	int exited;                          /* its thread ran the exit flush */
 	struct remote_msg *msg_pool;         /* spare messages (owner only) */
-	unsigned msg_pool_n;
+	uintptr_t msg_returns;               /* its messages, drained: pushed back by
+						their receivers, taken whole by the owner */
 	/* by cache id: the message this thread is filling (owner only), and the
 	 * stack of messages other threads sent here (pushed by any thread with
 	 * a CAS, taken whole by the owner; INBOX_CLOSED from its exit on) */
@@ -301,6 +302,22 @@ static inline void slab_local_push(struct slab *slab, void *obj, uint32_t fp_off
 	*(void **)((char *)obj + fp_offset) = slab->local_free;
 	slab->local_free = obj;
 	slab->local_count++;
+}
+
+/* The remote-free fast path: obj goes into this thread's message for the
+ * slab's owner when there is one with room (free_by_message does the rest:
+ * a new message, sending a full one). No atomic, and obj is not touched. */
+static inline bool outbox_add(struct thread_heap *h, const struct uslab_cache *s,
+			      const struct slab *slab, void *obj)
+{
+	struct remote_msg *m = h->outbox[s->id];
+
+	if (m && m->to == READ_ONCE(slab->owner) && m->count < MSG_OBJS - 1 &&
+	    m->obj[m->count - 1] != obj) {
+		m->obj[m->count++] = obj;
+		return true;
+	}
+	return false;
 }
 
 /* ---- pointer -> slab --------------------------------------------------------- */

@@ -93,10 +93,11 @@ static inline void *kmalloc(size_t n)
 /*
  * The fast path takes a valid kmalloc object (kfree_magic is 0 for every
  * other slab) of a slab this thread owns — onto the slab's owner-local list —
- * or of a slab nobody owns, onto this thread's cpu freelist for the class
- * while its foreign budget lasts (a thread without a heap has none). Neither
- * is an atomic. kfree_slow looks again and tells everything else apart
- * (another thread's slab: a message to its owner).
+ * of a slab another thread owns, into this thread's message to that owner
+ * while it has room (outbox_add), or of a slab nobody owns, onto this
+ * thread's cpu freelist for the class while its foreign budget lasts (a
+ * thread without a heap has none). None is an atomic. kfree_slow looks again
+ * and tells everything else apart.
  */
 static inline void kfree(void *p, const char *call)
 {
@@ -116,10 +117,13 @@ static inline void kfree(void *p, const char *call)
 				struct uslab_cache *s = slab->cache;
 				/* a fresh load, so that the owner test above can compare
 				 * against memory instead of keeping the heap in a register */
-				struct cpu_slab *c = (struct cpu_slab *)((char *)READ_ONCE(tls_heap) +
-									 s->cpu_offset);
-				if (likely(c->foreign_left && p != c->freelist &&
-					   !READ_ONCE(slab->owner_tp))) {
+				struct thread_heap *h = READ_ONCE(tls_heap);
+				struct cpu_slab *c = (struct cpu_slab *)((char *)h + s->cpu_offset);
+
+				if (READ_ONCE(slab->owner_tp)) {
+					if (likely(outbox_add(h, s, slab, p)))
+						return;
+				} else if (likely(c->foreign_left && p != c->freelist)) {
 					c->foreign_left--;
 					cpu_freelist_push(c, p, 0);
 					return;

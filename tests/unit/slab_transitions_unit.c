@@ -1343,6 +1343,13 @@ static void test_remote_frees_by_message(void)
 	CHECK(w.frozen && w.freelist == w0.freelist && w.inuse == PER);   /* still no dwcas */
 	CHECK_EQ(uslab_cache_validate(c), 0);
 	CHECK_LIVE(c, PER / 2 - 1, 1);                /* objs[3] is on the puppet's freelist */
+	/* the drained message went back to its sender, which fills it next */
+	CHECK_EQ(tls_heap->msg_returns, (uintptr_t)m);
+	uslab_cache_free(c, objs[5]);
+	CHECK(tls_heap->outbox[c->id] == m && m->count == 1 && m->obj[0] == objs[5]);
+	CHECK_EQ(tls_heap->msg_returns, 0);
+	uslab_thread_flush();
+	objs[5] = NULL;
 
 	objs[3] = NULL;                               /* objs[4] is live again */
 	other_do(job_free, c, objs, PER / 2);

@@ -75,7 +75,7 @@ struct slab *slab_new(struct uslab_cache *s)
 	slab->on_partial = 0;
 	slab->local_free = NULL;
 	slab->local_count = 0;
-	slab->built = 0;
+	WRITE_ONCE(slab->built, 0);   /* statistics walks read it */
 	slab_clear_owner(slab);
 	slab->span = s->objects * s->stride;
 	/* malloc's free fast path accepts only kmalloc objects */

@@ -49,6 +49,8 @@ static void cpu_partial_put(struct uslab_cache *s, struct cpu_slab *c, struct sl
 static void cpu_partial_drain(struct uslab_cache *s, struct cpu_slab *c);
 static void heap_messages_flush(struct thread_heap *h, uintptr_t leave);
 static void inbox_drain(struct thread_heap *h, unsigned id, uintptr_t leave);
+static void heaps_lock_each(void);
+static void heaps_unlock_each(bool child);
 static void heap_inboxes_set(struct thread_heap *h, uintptr_t v);
 
 static void heap_key_create(void)
@@ -196,8 +198,11 @@ static void heap_thread_exit(void *arg)
 {
 	struct thread_heap *h = arg;
 
-	spin_lock(&heaps_lock);
+	/* its own lock, not heaps_lock: threads exiting together flush at once */
+	spin_lock(&h->lock);
 	heap_flush_all(h, INBOX_CLOSED);
+	spin_unlock(&h->lock);
+	spin_lock(&heaps_lock);
 	h->live = 0;
 	h->exited = 1;
 	spin_unlock(&heaps_lock);
@@ -218,9 +223,9 @@ USLAB_API void uslab_thread_flush(void)
 
 	if (h == &empty_heap)
 		return;
-	spin_lock(&heaps_lock);
+	spin_lock(&h->lock);
 	heap_flush_all(h, 0);
-	spin_unlock(&heaps_lock);
+	spin_unlock(&h->lock);
 }
 
 /* ---- cpu slab slow paths -------------------------------------------------------- */
@@ -247,18 +252,19 @@ static void slab_set_owner(struct slab *slab)
  * `chain` (the cpu freelist, for the active slab), its owner-local list and
  * its objects not built yet (an active slab's); all are spliced back by one
  * dwcas in slab_unfreeze. owner is cleared first, so no later free by this
- * thread goes to the local list.
+ * thread goes to the local list. Returns the length of `chain`.
  */
-static void slab_release(struct uslab_cache *s, struct slab *slab, void *chain)
+static unsigned slab_release(struct uslab_cache *s, struct slab *slab, void *chain)
 {
 	void *head = NULL, *tail = NULL;
-	unsigned n = 0, k;
+	unsigned n = 0, k, chained;
 
 	slab_clear_owner(slab);
 	for (void *p = chain; p; p = fp_get(s, p)) {
 		tail = p;
 		n++;
 	}
+	chained = n;
 	head = chain;
 	if (slab->local_free) {
 		if (tail)
@@ -280,6 +286,7 @@ static void slab_release(struct uslab_cache *s, struct slab *slab, void *chain)
 			tail = (char *)slab->base + (size_t)(s->objects - 1) * s->stride;
 	}
 	slab_unfreeze(s, slab, head, tail, n);
+	return chained;
 }
 
 /*
@@ -358,20 +365,15 @@ static void cpu_slab_deactivate(struct uslab_cache *s, struct cpu_slab *c)
 {
 	struct slab *slab = c->slab;
 	void *chain;
-	unsigned left = 0;
 
 	if (c->foreign_left < s->foreign_max)   /* foreign objects may be on the list */
 		flush_foreign(s, c);
-	chain = c->freelist;
-	for (void *p = chain; p; p = fp_get(s, p))
-		left++;
-	cpu_stats_fold(s, c, left, 0);
-	if (!slab)
-		return;
+	chain = c->freelist;   /* only the active slab's objects now: none without one */
 	c->slab = NULL;
 	c->freelist = NULL;
 	c->base = c->span = 0;
-	slab_release(s, slab, chain);
+	/* one walk of the chain (at thread exit, a cache miss per object) */
+	cpu_stats_fold(s, c, slab ? slab_release(s, slab, chain) : 0, 0);
 }
 
 static void cpu_partial_drain(struct uslab_cache *s, struct cpu_slab *c)
@@ -668,9 +670,10 @@ static void inbox_drain(struct thread_heap *h, unsigned id, uintptr_t leave)
 	}
 }
 
-/* Each id of h's used chunks. */
+/* Each id of h's used chunks (skipping the unused 64 at a time). */
 #define for_each_heap_id(h, id)                                                         \
-	for (unsigned id = 0; id < MAX_CACHES; id++)                                    \
+	for (unsigned id = 0; id < MAX_CACHES;                                          \
+	     id += ((h)->chunks_used >> (id / CPU_CHUNK) & 1) ? 1 : CPU_CHUNK)          \
 		if ((h)->chunks_used >> (id / CPU_CHUNK) & 1)
 
 /*
@@ -1038,16 +1041,25 @@ USLAB_API struct uslab_cache *uslab_cache_create(const char *name, size_t size, 
 	return s;
 }
 
-/* Flush this cache's cpu slab in every heap (callers: heaps_lock held). */
+/* Flush this cache's cpu slab in every heap (callers: heaps_lock held; each
+ * heap's lock keeps its thread's own flushes out meanwhile). */
 static void flush_all_heaps(struct uslab_cache *s)
 {
-	for (struct thread_heap *h = heaps; h; h = h->next)
-		if (heap_has_chunk(h, s))
+	for (struct thread_heap *h = heaps; h; h = h->next) {
+		if (heap_has_chunk(h, s)) {
+			spin_lock(&h->lock);
 			cpu_slab_flush(s, heap_cpu_slab(h, s));
+			spin_unlock(&h->lock);
+		}
+	}
 	/* after every slab of s is unfrozen: the messages' objects go home */
-	for (struct thread_heap *h = heaps; h; h = h->next)
-		if (heap_has_chunk(h, s))
+	for (struct thread_heap *h = heaps; h; h = h->next) {
+		if (heap_has_chunk(h, s)) {
+			spin_lock(&h->lock);
 			heap_messages_drop(h, s);
+			spin_unlock(&h->lock);
+		}
+	}
 }
 
 /* Objects of a slab not built yet: counted in use by its word, never live.
@@ -1140,11 +1152,11 @@ USLAB_API void uslab_cache_shrink(struct uslab_cache *s)
 	struct thread_heap *h = tls_heap;
 
 	if (heap_has_chunk(h, s)) {
-		spin_lock(&heaps_lock);
+		spin_lock(&h->lock);
 		outbox_send(h, s->id);
 		inbox_drain(h, s->id, 0);
 		cpu_slab_flush(s, heap_cpu_slab(h, s));
-		spin_unlock(&heaps_lock);
+		spin_unlock(&h->lock);
 	}
 	cache_shrink_partial(s);
 	segment_purge_all();
@@ -1320,6 +1332,7 @@ USLAB_API long uslab_cache_validate(struct uslab_cache *s)
 	if (!s)
 		return 1;
 	spin_lock(&heaps_lock);
+	heaps_lock_each();   /* no thread flushes while its cpu slabs are read */
 	spin_lock(&s->list_lock);
 	for (struct slab *p = s->partial; p; p = p->next) {
 		if (!p->on_partial) {
@@ -1347,19 +1360,12 @@ USLAB_API long uslab_cache_validate(struct uslab_cache *s)
 		v.problems++;
 	}
 	spin_unlock(&s->list_lock);
+	heaps_unlock_each(false);
 	spin_unlock(&heaps_lock);
 	return v.problems;
 }
 
 /* ---- fork: this layer's locks (process.c orders all layers) ---------------------- */
-
-void caches_lock_all(void)
-{
-	qrw_write_lock(&cache_registry);
-	spin_lock(&heaps_lock);
-	for (struct uslab_cache *s = caches; s; s = s->next)
-		spin_lock(&s->list_lock);
-}
 
 static void fork_unlock(spinlock_t *l, bool child)
 {
@@ -1367,6 +1373,28 @@ static void fork_unlock(spinlock_t *l, bool child)
 		spin_unlock_after_fork_child(l);
 	else
 		spin_unlock(l);
+}
+
+/* heaps_lock held: every heap's own lock (validate, fork) */
+static void heaps_lock_each(void)
+{
+	for (struct thread_heap *h = heaps; h; h = h->next)
+		spin_lock(&h->lock);
+}
+
+static void heaps_unlock_each(bool child)
+{
+	for (struct thread_heap *h = heaps; h; h = h->next)
+		fork_unlock(&h->lock, child);
+}
+
+void caches_lock_all(void)
+{
+	qrw_write_lock(&cache_registry);
+	spin_lock(&heaps_lock);
+	heaps_lock_each();
+	for (struct uslab_cache *s = caches; s; s = s->next)
+		spin_lock(&s->list_lock);
 }
 
 void caches_unlock_all(bool child)
@@ -1377,6 +1405,7 @@ void caches_unlock_all(bool child)
 		for (struct thread_heap *h = heaps; h; h = h->next)
 			if (h->live && h != tls_heap)
 				heap_inboxes_set(h, INBOX_CLOSED);
+	heaps_unlock_each(child);
 	fork_unlock(&heaps_lock, child);
 	if (child)
 		qrwlock_init(&cache_registry);

@@ -17,7 +17,7 @@
  * Lock order (outer first; all ticket spinlocks; process.c's fork handlers
  * take them all in this order):
  *   kmalloc_init_lock > huge_lock (leaf in normal use) > cache_registry (qrwlock)
- *       > heaps_lock > cache->list_lock > seg_lock > meta_lock
+ *       > heaps_lock > heap->lock > cache->list_lock > seg_lock > meta_lock
  *       > dwcas stripe locks (leaf, inside dwcas only)
  */
 #ifndef USLAB_INTERNAL_H
@@ -212,6 +212,10 @@ struct thread_heap {
 	struct thread_heap *next;            /* all heaps, under heaps_lock */
 	int live;                            /* owned by a running thread */
 	int exited;                          /* its thread ran the exit flush */
+	/* held by its thread while it flushes (exit, uslab_thread_flush,
+	 * shrink), and by destroy, validate and fork while they read or flush
+	 * its cpu slabs and messages; a thread's fast and slow paths take none */
+	spinlock_t lock;
 	struct remote_msg *msg_pool;         /* spare messages (owner only) */
 	uintptr_t msg_returns;               /* its messages, drained: pushed back by
 						their receivers, taken whole by the owner */

@@ -4,7 +4,7 @@
  * handlers over every layer's locks.
  *
  * prepare takes every allocator lock in the documented order (kmalloc
- * init, huge table, cache registry, heaps, each cache's list_lock,
+ * init, huge table, cache registry, heaps, each heap, each cache's list_lock,
  * segments, metadata, dwcas stripes), so no lock is held at fork() by a thread that will not
  * exist in the child. The parent unlocks them; the child re-initialises them
  * (a ticket lock may have had waiters queued, threads the child does not

@@ -47,11 +47,11 @@ static void heap_thread_exit(void *arg);
 static void cpu_slab_flush(struct uslab_cache *s, struct cpu_slab *c);
 static void cpu_partial_put(struct uslab_cache *s, struct cpu_slab *c, struct slab *slab);
 static void cpu_partial_drain(struct uslab_cache *s, struct cpu_slab *c);
-static void heap_messages_flush(struct thread_heap *h, uintptr_t leave);
-static void inbox_drain(struct thread_heap *h, unsigned id, uintptr_t leave);
+static void heap_messages_flush(struct thread_heap *h, bool exiting);
+static void inbox_drain(struct thread_heap *h, unsigned id, bool close);
 static void heaps_lock_each(void);
 static void heaps_unlock_each(bool child);
-static void heap_inboxes_set(struct thread_heap *h, uintptr_t v);
+static void heap_inboxes_open(struct thread_heap *h);
 
 static void heap_key_create(void)
 {
@@ -93,7 +93,7 @@ static struct thread_heap *heap_get(void)
 		heaps = h;
 	}
 	if (h->exited)   /* a recycled heap: messages may come again */
-		heap_inboxes_set(h, 0);
+		heap_inboxes_open(h);
 	h->live = 1;
 	h->exited = 0;
 	spin_unlock(&heaps_lock);
@@ -171,11 +171,11 @@ static void heap_runs_flush(struct thread_heap *h)
 	h->run_units = 0;
 }
 
-/* leave: INBOX_CLOSED when its thread exits (see heap_messages_flush) */
-static void heap_flush_all(struct thread_heap *h, uintptr_t leave)
+/* exiting: its thread exits (see heap_messages_flush) */
+static void heap_flush_all(struct thread_heap *h, bool exiting)
 {
 	heap_runs_flush(h);
-	heap_messages_flush(h, leave);
+	heap_messages_flush(h, exiting);
 	for (unsigned k = 0; k < NR_CHUNKS; k++) {
 		if (!(h->chunks_used >> k & 1))
 			continue;
@@ -200,7 +200,7 @@ static void heap_thread_exit(void *arg)
 
 	/* its own lock, not heaps_lock: threads exiting together flush at once */
 	spin_lock(&h->lock);
-	heap_flush_all(h, INBOX_CLOSED);
+	heap_flush_all(h, true);
 	spin_unlock(&h->lock);
 	spin_lock(&heaps_lock);
 	h->live = 0;
@@ -224,7 +224,7 @@ USLAB_API void uslab_thread_flush(void)
 	if (h == &empty_heap)
 		return;
 	spin_lock(&h->lock);
-	heap_flush_all(h, 0);
+	heap_flush_all(h, false);
 	spin_unlock(&h->lock);
 }
 
@@ -472,8 +472,8 @@ void *cache_alloc_slow(struct uslab_cache *s)
 	stat_add(s, STAT_ALLOC_SLOW, 1);
 	if (c->freelist)
 		goto pop;
-	if (__atomic_load_n(&tls_heap->inbox[s->id], __ATOMIC_RELAXED))
-		inbox_drain(tls_heap, s->id, 0);   /* onto the local lists taken below */
+	if (mailbox_peek(&tls_heap->inbox[s->id]))
+		inbox_drain(tls_heap, s->id, false);   /* onto the local lists taken below */
 	c->foreign_left = s->foreign_max;   /* every foreign object has been reused */
 	cpu_stats_fold(s, c, 0, 0);
 	if (c->slab) {
@@ -554,9 +554,9 @@ static noinline void free_remote(struct uslab_cache *s, struct slab *slab, void 
  * and is on no freelist: between its free and the owner's drain it is the
  * message's. A message is in exactly one place: a heap's outbox (its
  * sender's, owner-only), one inbox, or being drained by one thread (taken
- * with one exchange). An inbox word is a stack of messages or INBOX_CLOSED:
- * a sender's CAS never succeeds on a closed inbox, and its thread closes it
- * (exchange) before giving its slabs up at exit, so every message pushed is
+ * with one exchange). An inbox is a mailbox (atomic/mailbox.h): a sender's
+ * post never succeeds on a closed one, and its thread closes it (with the
+ * exchange that takes it) before giving its slabs up at exit, so every message posted is
  * drained by that thread, or, after its exit, never pushed (the sender frees
  * the objects through their slabs' words instead). The drain trusts no
  * routing: an object whose slab the heap no longer owns goes home by dwcas.
@@ -564,35 +564,35 @@ static noinline void free_remote(struct uslab_cache *s, struct slab *slab, void 
  * thread may race with uses of s, may take them all.
  */
 
+static struct remote_msg *msg_next(const struct remote_msg *m)
+{
+	return (struct remote_msg *)m->node.next;
+}
+
 /* A message for h to fill: a spare one, one its receivers gave back, or new. */
 static struct remote_msg *msg_get(struct thread_heap *h)
 {
 	struct remote_msg *m = h->msg_pool;
 
-	if (!m && __atomic_load_n(&h->msg_returns, __ATOMIC_RELAXED))
-		m = (struct remote_msg *)__atomic_exchange_n(&h->msg_returns, 0, __ATOMIC_ACQUIRE);
+	if (!m && mailbox_peek(&h->msg_returns))
+		m = (struct remote_msg *)mailbox_take(&h->msg_returns);
 	if (!m)
 		return meta_alloc(sizeof(*m));
-	h->msg_pool = m->next;
+	h->msg_pool = msg_next(m);
 	return m;
 }
 
 /* Done with m (h: the calling thread's heap): back to its sender, so that a
- * thread that only receives keeps none and one that only sends makes few. */
+ * thread that only receives keeps none and one that only sends makes few.
+ * A returns box is never closed, so the post always succeeds. */
 static void msg_put(struct thread_heap *h, struct remote_msg *m)
 {
-	struct thread_heap *from = m->from;
-
-	if (from == h) {
-		m->next = h->msg_pool;
+	if (m->from == h) {
+		m->node.next = h->msg_pool ? &h->msg_pool->node : NULL;
 		h->msg_pool = m;
 		return;
 	}
-	uintptr_t old = __atomic_load_n(&from->msg_returns, __ATOMIC_RELAXED);
-	do
-		m->next = (struct remote_msg *)old;
-	while (!__atomic_compare_exchange_n(&from->msg_returns, &old, (uintptr_t)m, true,
-					    __ATOMIC_RELEASE, __ATOMIC_RELAXED));
+	mailbox_post(&m->from->msg_returns, &m->node);
 }
 
 /* Objects of m not taken by owner h (NULL: none) go home by dwcas, runs of
@@ -625,25 +625,18 @@ static void msg_free_objects(struct uslab_cache *s, struct remote_msg *m, struct
 		stat_add(s, STAT_FREE_LOCAL, -local);
 }
 
-/* Push m onto its heap's inbox, or, if that thread has exited, free its
+/* Post m to its heap's inbox, or, if that thread has exited, free its
  * objects here. The outbox slot is the caller's to clear. */
 static void msg_send(struct thread_heap *h, struct remote_msg *m)
 {
 	struct uslab_cache *s = m->cache;
-	uintptr_t *box = &m->to->inbox[s->id];
-	uintptr_t old = __atomic_load_n(box, __ATOMIC_RELAXED);
 
 	stat_add(s, STAT_FREE_REMOTE, (long)m->count);   /* counted as they leave */
-	do {
-		if (old & INBOX_CLOSED) {
-			msg_free_objects(s, m, NULL, cpu_slab_get(s));
-			msg_put(h, m);
-			return;
-		}
-		m->next = (struct remote_msg *)old;
-		/* release: the owner's acquire exchange sees the message filled */
-	} while (!__atomic_compare_exchange_n(box, &old, (uintptr_t)m, true, __ATOMIC_RELEASE,
-					      __ATOMIC_RELAXED));
+	/* release: the owner's acquiring take sees the message filled */
+	if (!mailbox_post(&m->to->inbox[s->id], &m->node)) {
+		msg_free_objects(s, m, NULL, cpu_slab_get(s));
+		msg_put(h, m);
+	}
 }
 
 static void outbox_send(struct thread_heap *h, unsigned id)
@@ -656,15 +649,16 @@ static void outbox_send(struct thread_heap *h, unsigned id)
 	}
 }
 
-/* Owner h: take its messages for cache id (leaving the inbox empty, or
- * closed at exit) and put their objects on its slabs' owner-local lists. */
-static void inbox_drain(struct thread_heap *h, unsigned id, uintptr_t leave)
+/* Owner h: take its messages for cache id (closing the inbox at exit) and
+ * put their objects on its slabs' owner-local lists. */
+static void inbox_drain(struct thread_heap *h, unsigned id, bool close)
 {
-	uintptr_t v = __atomic_exchange_n(&h->inbox[id], leave, __ATOMIC_ACQUIRE);
-	struct remote_msg *m = (struct remote_msg *)(v & ~INBOX_CLOSED), *next;
+	struct mailbox *box = &h->inbox[id];
+	struct remote_msg *m, *next;
 
+	m = (struct remote_msg *)(close ? mailbox_close(box) : mailbox_take(box));
 	for (; m; m = next) {
-		next = m->next;
+		next = msg_next(m);
 		msg_free_objects(m->cache, m, h, heap_cpu_slab(h, m->cache));
 		msg_put(h, m);
 	}
@@ -677,47 +671,41 @@ static void inbox_drain(struct thread_heap *h, unsigned id, uintptr_t leave)
 		if ((h)->chunks_used >> (id / CPU_CHUNK) & 1)
 
 /*
- * Owner (heaps_lock held): send every outbox, then drain every inbox. At
- * exit (leave = INBOX_CLOSED) every inbox is closed by the same exchange
- * that takes it, before the caller gives the slabs up: a later sender frees
- * through the slabs' words, which a frozen slab's release then takes.
+ * Owner (its heap's lock held): send every outbox, then drain every inbox.
+ * At exit every inbox is closed by the same exchange that takes it, before
+ * the caller gives the slabs up: a later sender frees through the slabs'
+ * words, which a frozen slab's release then takes.
  */
-static void heap_messages_flush(struct thread_heap *h, uintptr_t leave)
+static void heap_messages_flush(struct thread_heap *h, bool exiting)
 {
 	for_each_heap_id(h, id)
 		outbox_send(h, id);
 	for_each_heap_id(h, id)
-		if (leave || __atomic_load_n(&h->inbox[id], __ATOMIC_RELAXED))
-			inbox_drain(h, id, leave);
+		if (exiting || mailbox_peek(&h->inbox[id]))
+			inbox_drain(h, id, exiting);
 }
 
-/* heaps_lock held: reopen a recycled heap's inboxes (0), or close those of a
- * thread that did not survive fork (INBOX_CLOSED: what was in them stays
- * lost with the rest of its cached objects). */
-static void heap_inboxes_set(struct thread_heap *h, uintptr_t v)
+/* heaps_lock held, h not live: a recycled heap's inboxes open again. */
+static void heap_inboxes_open(struct thread_heap *h)
 {
 	for_each_heap_id(h, id)
-		__atomic_store_n(&h->inbox[id], v, __ATOMIC_RELAXED);
+		mailbox_open(&h->inbox[id]);
 }
 
-/* Destroy, for each heap (heaps_lock held, no thread using s): its message
- * for s being filled and those sent to it go home by dwcas. */
+/* Destroy, for each heap (heaps_lock and its lock held, no thread using s):
+ * its message for s being filled and those sent to it go home by dwcas. */
 static void heap_messages_drop(struct thread_heap *h, struct uslab_cache *s)
 {
 	struct remote_msg *m = h->outbox[s->id], *next;
-	uintptr_t old = __atomic_load_n(&h->inbox[s->id], __ATOMIC_RELAXED);
 
 	h->outbox[s->id] = NULL;
 	if (m) {
 		msg_free_objects(s, m, NULL, NULL);
 		meta_free(m, sizeof(*m));
 	}
-	/* keep a closed inbox closed */
-	while (!__atomic_compare_exchange_n(&h->inbox[s->id], &old, old & INBOX_CLOSED, true,
-					    __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
-		;
-	for (m = (struct remote_msg *)(old & ~INBOX_CLOSED); m; m = next) {
-		next = m->next;
+	/* a closed inbox stays closed */
+	for (m = (struct remote_msg *)mailbox_take(&h->inbox[s->id]); m; m = next) {
+		next = msg_next(m);
 		msg_free_objects(s, m, NULL, NULL);
 		meta_free(m, sizeof(*m));
 	}
@@ -1077,9 +1065,8 @@ struct live_count {
 /* Before counting: objects other threads sent this one are free, not live. */
 static void own_inbox_drain(struct uslab_cache *s)
 {
-	if (heap_has_chunk(tls_heap, s) &&
-	    __atomic_load_n(&tls_heap->inbox[s->id], __ATOMIC_RELAXED))
-		inbox_drain(tls_heap, s->id, 0);
+	if (heap_has_chunk(tls_heap, s) && mailbox_peek(&tls_heap->inbox[s->id]))
+		inbox_drain(tls_heap, s->id, false);
 }
 
 static void count_live(struct slab *slab, void *arg)
@@ -1154,7 +1141,7 @@ USLAB_API void uslab_cache_shrink(struct uslab_cache *s)
 	if (heap_has_chunk(h, s)) {
 		spin_lock(&h->lock);
 		outbox_send(h, s->id);
-		inbox_drain(h, s->id, 0);
+		inbox_drain(h, s->id, false);
 		cpu_slab_flush(s, heap_cpu_slab(h, s));
 		spin_unlock(&h->lock);
 	}
@@ -1401,10 +1388,13 @@ void caches_unlock_all(bool child)
 {
 	for (struct uslab_cache *s = caches; s; s = s->next)
 		fork_unlock(&s->list_lock, child);
+	/* the threads that did not survive: what was sent to them stays lost
+	 * with the rest of what they cached */
 	if (child)
 		for (struct thread_heap *h = heaps; h; h = h->next)
 			if (h->live && h != tls_heap)
-				heap_inboxes_set(h, INBOX_CLOSED);
+				for_each_heap_id(h, id)
+					mailbox_close(&h->inbox[id]);
 	heaps_unlock_each(child);
 	fork_unlock(&heaps_lock, child);
 	if (child)

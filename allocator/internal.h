@@ -31,6 +31,7 @@
 #include "kref.h"
 #include "biased.h"
 #include "qrwlock.h"
+#include "mailbox.h"
 #include "stats.h"
 
 #include <stdbool.h>
@@ -194,7 +195,7 @@ _Static_assert(sizeof(struct cpu_slab) == sizeof(struct uslab_cpu_cache_), "usla
  */
 #define MSG_OBJS 59
 struct remote_msg {
-	struct remote_msg *next;       /* in an inbox, a returns stack or a pool */
+	struct mailbox_node node;      /* first: in an inbox, a returns box or a pool */
 	struct uslab_cache *cache;
 	struct thread_heap *to;
 	struct thread_heap *from;      /* its sender's heap, which gets it back */
@@ -202,7 +203,6 @@ struct remote_msg {
 	void *obj[MSG_OBJS];
 };
 _Static_assert(sizeof(struct remote_msg) == 512, "a message is 8 cache lines");
-#define INBOX_CLOSED 1ul               /* inbox word: its thread has exited */
 
 struct thread_heap {
 	struct cpu_slab cpu[MAX_CACHES];     /* ids 0..63: the kmalloc caches */
@@ -217,13 +217,13 @@ struct thread_heap {
 	 * its cpu slabs and messages; a thread's fast and slow paths take none */
 	spinlock_t lock;
 	struct remote_msg *msg_pool;         /* spare messages (owner only) */
-	uintptr_t msg_returns;               /* its messages, drained: pushed back by
+	struct mailbox msg_returns;          /* its messages, drained: posted back by
 						their receivers, taken whole by the owner */
 	/* by cache id: the message this thread is filling (owner only), and the
 	 * stack of messages other threads sent here (pushed by any thread with
-	 * a CAS, taken whole by the owner; INBOX_CLOSED from its exit on) */
+	 * a CAS, taken whole by the owner; closed from its exit on) */
 	struct remote_msg *outbox[MAX_CACHES];
-	uintptr_t inbox[MAX_CACHES] __attribute__((aligned(CACHE_LINE)));
+	struct mailbox inbox[MAX_CACHES] __attribute__((aligned(CACHE_LINE)));
 	/* statistics by cache id, written by the owner only (stat_add); heaps
 	 * live for good, so these are never lost; a new cache clears its row */
 	long stat[MAX_CACHES][NR_CACHE_STATS] __attribute__((aligned(CACHE_LINE)));

@@ -603,22 +603,28 @@ static void msg_free_objects(struct uslab_cache *s, struct remote_msg *m, struct
 	long local = 0;
 
 	for (unsigned i = 0, j; i < m->count; i = j) {
-		void *head = m->obj[i];
+		void *head = m->obj[i], *tail = head;
 		struct slab *slab = ptr_to_slab(head);
 
-		if (owner && READ_ONCE(slab->owner) == owner) {
-			if (unlikely(head == slab->local_free))
-				uslab_fatal("free", head, "double free");
-			slab_local_push(slab, head, s->fp_offset);
-			local++;
-			j = i + 1;
-			continue;
-		}
+		/* a run of one slab's objects, linked through themselves: the
+		 * slab's descriptor, which the freeing thread keeps reading, is
+		 * written once per run, not once per object */
 		for (j = i + 1; j < m->count && ptr_to_slab(m->obj[j]) == slab; j++) {
 			fp_set(s, m->obj[j], head);
 			head = m->obj[j];
 		}
-		if (__slab_free(s, slab, head, m->obj[i], j - i, c != NULL))
+		if (owner && READ_ONCE(slab->owner) == owner) {
+			void *top = slab->local_free;
+
+			if (unlikely(top && (top == head || top == tail)))
+				uslab_fatal("free", top, "double free");
+			fp_set(s, tail, top);
+			slab->local_free = head;
+			slab->local_count += j - i;
+			local += j - i;
+			continue;
+		}
+		if (__slab_free(s, slab, head, tail, j - i, c != NULL))
 			cpu_partial_put(s, c, slab);
 	}
 	if (local)   /* counted as remote frees when freed */

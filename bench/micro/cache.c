@@ -20,26 +20,35 @@
 
 #include <sched.h>
 #include <stdatomic.h>
+#include <pthread.h>
 #include <stdlib.h>
 
 #define BATCH 1000
 #define RING 1024   /* power of two */
 
+/* The cache of this object size, made on first use. Locked: both threads of
+ * a 2-thread benchmark ask at once, and two caches would make the consumer
+ * free the producer's objects into the wrong one. */
 static struct uslab_cache *cache_for(size_t size)
 {
+	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 	static struct uslab_cache *caches[8];
 	static size_t sizes[8];
+	struct uslab_cache *c = NULL;
 
-	for (int i = 0; i < 8; i++) {
-		if (sizes[i] == size)
-			return caches[i];
+	pthread_mutex_lock(&lock);
+	for (int i = 0; i < 8 && !c; i++) {
 		if (!sizes[i]) {
 			caches[i] = uslab_cache_create("bench", size, 0, 0, NULL);
 			sizes[i] = size;
-			return caches[i];
 		}
+		if (sizes[i] == size)
+			c = caches[i];
 	}
-	abort();
+	pthread_mutex_unlock(&lock);
+	if (!c)
+		abort();
+	return c;
 }
 
 /* ---- one thread ----------------------------------------------------------------- */

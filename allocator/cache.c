@@ -366,7 +366,7 @@ static void cpu_slab_deactivate(struct uslab_cache *s, struct cpu_slab *c)
 	struct slab *slab = c->slab;
 	void *chain;
 
-	if (c->foreign_left < s->foreign_max)   /* foreign objects may be on the list */
+	if (c->foreign_left != s->foreign_max)   /* foreign objects may be on the list */
 		flush_foreign(s, c);
 	chain = c->freelist;   /* only the active slab's objects now: none without one */
 	c->slab = NULL;
@@ -448,6 +448,8 @@ static void *slab_take_private(struct uslab_cache *s, struct slab *slab, unsigne
 	return chain;
 }
 
+#define REFILL_MIN 8   /* objects a refill of the active slab aims to supply */
+
 void *cache_alloc_slow(struct uslab_cache *s)
 {
 	struct cpu_slab *c;
@@ -479,8 +481,23 @@ void *cache_alloc_slow(struct uslab_cache *s)
 	if (c->slab) {
 		/* owner-local and remote frees to the active slab first */
 		freelist = slab_take_private(s, c->slab, &count);
-		if (!freelist && c->slab->built < s->objects)
-			freelist = slab_build(s, c->slab, NULL, false, &count);
+		/* a few frees back (malloc's free of the active slab's objects
+		 * goes to its local list) while objects are unbuilt: build more
+		 * too, or a malloc/free pair of a page-sized class would come
+		 * here every time, its slab built one object at a time */
+		if (count < REFILL_MIN && c->slab->built < s->objects) {
+			unsigned more;
+			void *built = slab_build(s, c->slab, NULL, false, &more), *tail = freelist;
+
+			/* after the objects freed back: they are the warm ones */
+			while (tail && fp_get(s, tail))
+				tail = fp_get(s, tail);
+			if (tail)
+				fp_set(s, tail, built);
+			else
+				freelist = built;
+			count += more;
+		}
 		if (freelist) {
 			c->freelist = freelist;
 			goto supplied;
@@ -1043,6 +1060,10 @@ static void flush_all_heaps(struct uslab_cache *s)
 		if (heap_has_chunk(h, s)) {
 			spin_lock(&h->lock);
 			cpu_slab_flush(s, heap_cpu_slab(h, s));
+			/* the next cache with this id has its own foreign budget
+			 * (a stale larger one kept foreign objects past it, and
+			 * out of deactivate's sight) */
+			heap_cpu_slab(h, s)->foreign_left = 0;
 			spin_unlock(&h->lock);
 		}
 	}

@@ -1342,7 +1342,10 @@ static void test_remote_frees_by_message(void)
 	w = word_of(objs[0]);
 	CHECK(w.frozen && w.freelist == w0.freelist && w.inuse == PER);   /* still no dwcas */
 	CHECK_EQ(uslab_cache_validate(c), 0);
-	CHECK_LIVE(c, PER / 2 - 1, 1);                /* objs[3] is on the puppet's freelist */
+	/* on the puppet's private list: objs[3], then the rest of the slab,
+	 * built since a refill of one object is too few (REFILL_MIN) */
+	CHECK_EQ(ptr_to_slab(objs[0])->built, PER);
+	CHECK_LIVE(c, PER / 2 - 1, PER / 2 + 1);
 	/* the drained message went back to its sender, which fills it next */
 	CHECK_EQ(mailbox_peek(&tls_heap->msg_returns), (uintptr_t)m);
 	uslab_cache_free(c, objs[5]);
@@ -1409,6 +1412,45 @@ static void test_message_to_exited_thread(void)
 	CHECK(tls_heap->outbox[c->id] == NULL);
 }
 
+/*
+ * A cache id used again by a cache with a smaller foreign budget: the cpu
+ * slab's budget must start afresh. (It used to keep the old cache's: with
+ * 1,024 left against a budget of 16, deactivate took the cached objects for
+ * the active slab's and, with no active slab, dropped them.)
+ */
+static void job_alloc_exit(void *arg)
+{
+	job_alloc(arg);   /* the thread exits: its slabs are nobody's */
+}
+
+static void test_foreign_budget_after_id_reuse(void)
+{
+	struct uslab_cache *a = uslab_cache_create("t-budget-a", 8, 0, 0, NULL);
+	static void *objs[8];
+	struct job j = { .objs = objs, .n = 8 };
+
+	REQUIRE(a != NULL && a->foreign_max > 64);
+	j.c = a;
+	run_in_thread(job_alloc_exit, &j);
+	for (int i = 0; i < 8; i++)
+		uslab_cache_free(a, objs[i]);            /* cached as foreign */
+	uslab_thread_flush();                         /* budget back to a's */
+	unsigned id = a->id;
+	CHECK_EQ(uslab_cache_destroy(a), 0);
+
+	struct uslab_cache *b = uslab_cache_create("t-budget-b", 16384, 0, 0, NULL);
+	REQUIRE(b != NULL && b->id == id && b->foreign_max < 64);
+	j.c = b;
+	run_in_thread(job_alloc_exit, &j);
+	for (int i = 0; i < 8; i++)
+		uslab_cache_free(b, objs[i]);
+	CHECK(this_cpu_slab(b)->foreign_left <= b->foreign_max);
+	uslab_thread_flush();                         /* nothing may be dropped */
+	CHECK_EQ(uslab_cache_validate(b), 0);
+	CHECK_EQ(info_of(b).live_objects, 0);
+	CHECK_EQ(uslab_cache_destroy(b), 0);
+}
+
 int main(void)
 {
 	printf("dwcas path: %s\n", uslab_dwcas_path());
@@ -1435,6 +1477,7 @@ int main(void)
 	test_thread_exit_unfreezes();
 	test_remote_frees_by_message();
 	test_message_to_exited_thread();
+	test_foreign_budget_after_id_reuse();
 	test_validate_sees_damage();
 	puppet_stop(&other);
 	return test_done("slab_transitions_unit");

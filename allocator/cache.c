@@ -448,8 +448,6 @@ static void *slab_take_private(struct uslab_cache *s, struct slab *slab, unsigne
 	return chain;
 }
 
-#define REFILL_MIN 8   /* objects a refill of the active slab aims to supply */
-
 void *cache_alloc_slow(struct uslab_cache *s)
 {
 	struct cpu_slab *c;
@@ -481,11 +479,12 @@ void *cache_alloc_slow(struct uslab_cache *s)
 	if (c->slab) {
 		/* owner-local and remote frees to the active slab first */
 		freelist = slab_take_private(s, c->slab, &count);
-		/* a few frees back (malloc's free of the active slab's objects
-		 * goes to its local list) while objects are unbuilt: build more
-		 * too, or a malloc/free pair of a page-sized class would come
-		 * here every time, its slab built one object at a time */
-		if (count < REFILL_MIN && c->slab->built < s->objects) {
+		/* frees back (malloc's free of the active slab's objects goes
+		 * to its local list) while objects are unbuilt: build more too,
+		 * or a thread cycling through a few objects would come here
+		 * every few allocations (a malloc/free pair of a page-sized
+		 * class: every time), its slab never built further */
+		if (c->slab->built < s->objects) {
 			unsigned more;
 			void *built = slab_build(s, c->slab, NULL, false, &more), *tail = freelist;
 

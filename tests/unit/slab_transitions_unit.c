@@ -1343,7 +1343,7 @@ static void test_remote_frees_by_message(void)
 	CHECK(w.frozen && w.freelist == w0.freelist && w.inuse == PER);   /* still no dwcas */
 	CHECK_EQ(uslab_cache_validate(c), 0);
 	/* on the puppet's private list: objs[3], then the rest of the slab,
-	 * built since a refill of one object is too few (REFILL_MIN) */
+	 * built since a refill finds objects unbuilt (built as the slab cycles) */
 	CHECK_EQ(ptr_to_slab(objs[0])->built, PER);
 	CHECK_LIVE(c, PER / 2 - 1, PER / 2 + 1);
 	/* the drained message went back to its sender, which fills it next */

@@ -247,6 +247,19 @@ static void slab_set_owner(struct slab *slab)
 	WRITE_ONCE(slab->owner_tp, thread_self());
 }
 
+/* The last object of chain p (NULL if it is empty); its length is added to
+ * *n. A walk: a cache miss per object the thread has not touched lately. */
+static void *chain_last(const struct uslab_cache *s, void *p, unsigned *n)
+{
+	void *last = NULL;
+
+	for (; p; p = fp_get(s, p)) {
+		last = p;
+		(*n)++;
+	}
+	return last;
+}
+
 /*
  * Owner only: give up a frozen slab. Its private objects are the chain
  * `chain` (the cpu freelist, for the active slab), its owner-local list and
@@ -256,25 +269,18 @@ static void slab_set_owner(struct slab *slab)
  */
 static unsigned slab_release(struct uslab_cache *s, struct slab *slab, void *chain)
 {
-	void *head = NULL, *tail = NULL;
+	void *head = chain, *tail;
 	unsigned n = 0, k, chained;
 
 	slab_clear_owner(slab);
-	for (void *p = chain; p; p = fp_get(s, p)) {
-		tail = p;
-		n++;
-	}
+	tail = chain_last(s, chain, &n);
 	chained = n;
-	head = chain;
 	if (slab->local_free) {
 		if (tail)
 			fp_set(s, tail, slab->local_free);
 		else
 			head = slab->local_free;
-		for (void *p = slab->local_free; p; p = fp_get(s, p)) {
-			tail = p;
-			n++;
-		}
+		tail = chain_last(s, slab->local_free, &n);
 		stat_add(s, STAT_FREE_LOCAL, (long)slab->local_count);
 		slab->local_free = NULL;
 		slab->local_count = 0;
@@ -485,12 +491,11 @@ void *cache_alloc_slow(struct uslab_cache *s)
 		 * every few allocations (a malloc/free pair of a page-sized
 		 * class: every time), its slab never built further */
 		if (c->slab->built < s->objects) {
-			unsigned more;
-			void *built = slab_build(s, c->slab, NULL, false, &more), *tail = freelist;
-
+			unsigned more, back = 0;
+			void *built = slab_build(s, c->slab, NULL, false, &more);
 			/* after the objects freed back: they are the warm ones */
-			while (tail && fp_get(s, tail))
-				tail = fp_get(s, tail);
+			void *tail = chain_last(s, freelist, &back);
+
 			if (tail)
 				fp_set(s, tail, built);
 			else
@@ -671,19 +676,25 @@ static void outbox_send(struct thread_heap *h, unsigned id)
 	}
 }
 
+/* A list of messages done with: their objects onto owner's slabs (owner:
+ * the calling thread's heap) or, with none, home by dwcas; each message
+ * back to its sender. */
+static void msgs_free(struct remote_msg *m, struct thread_heap *owner)
+{
+	for (struct remote_msg *next; m; m = next) {
+		next = msg_next(m);
+		msg_free_objects(m->cache, m, owner, owner ? heap_cpu_slab(owner, m->cache) : NULL);
+		msg_put(tls_heap, m);
+	}
+}
+
 /* Owner h: take its messages for cache id (closing the inbox at exit) and
  * put their objects on its slabs' owner-local lists. */
 static void inbox_drain(struct thread_heap *h, unsigned id, bool close)
 {
 	struct mailbox *box = &h->inbox[id];
-	struct remote_msg *m, *next;
 
-	m = (struct remote_msg *)(close ? mailbox_close(box) : mailbox_take(box));
-	for (; m; m = next) {
-		next = msg_next(m);
-		msg_free_objects(m->cache, m, h, heap_cpu_slab(h, m->cache));
-		msg_put(h, m);
-	}
+	msgs_free((struct remote_msg *)(close ? mailbox_close(box) : mailbox_take(box)), h);
 }
 
 /* Each id of h's used chunks (skipping the unused 64 at a time). */
@@ -718,19 +729,15 @@ static void heap_inboxes_open(struct thread_heap *h)
  * its message for s being filled and those sent to it go home by dwcas. */
 static void heap_messages_drop(struct thread_heap *h, struct uslab_cache *s)
 {
-	struct remote_msg *m = h->outbox[s->id], *next;
+	struct remote_msg *m = h->outbox[s->id];
 
 	h->outbox[s->id] = NULL;
 	if (m) {
-		msg_free_objects(s, m, NULL, NULL);
-		meta_free(m, sizeof(*m));
+		m->node.next = NULL;
+		msgs_free(m, NULL);
 	}
 	/* a closed inbox stays closed */
-	for (m = (struct remote_msg *)mailbox_take(&h->inbox[s->id]); m; m = next) {
-		next = msg_next(m);
-		msg_free_objects(s, m, NULL, NULL);
-		meta_free(m, sizeof(*m));
-	}
+	msgs_free((struct remote_msg *)mailbox_take(&h->inbox[s->id]), NULL);
 }
 
 /* Free obj, of a slab heap `to` owns, by message (see above). */

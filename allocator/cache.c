@@ -1030,6 +1030,8 @@ int cache_setup(struct uslab_cache *s, const char *name, size_t size, size_t ali
 		s->chunk = (uint32_t)id / CPU_CHUNK;
 		s->cpu_offset = (uint32_t)(offsetof(struct thread_heap, cpu) +
 					   (size_t)id * sizeof(struct cpu_slab));
+		s->inline_offset = s->fp_offset ? (uint32_t)(offsetof(struct thread_heap, cpu) +
+				   NEVER_USED_ID * sizeof(struct cpu_slab)) : s->cpu_offset;
 		s->next = caches;
 		caches = s;
 		/* last: cache_alloc_slow's acquire of objects sees the whole setup */

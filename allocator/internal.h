@@ -59,6 +59,7 @@
 
 #define MAX_CACHES     4096                   /* live caches at once */
 #define KMALLOC_IDS    64                     /* ids reserved for kmalloc caches */
+#define NEVER_USED_ID  (KMALLOC_IDS - 1)      /* no cache: its cpu slab stays empty */
 #define HEAP_RUNS      8                      /* large runs a thread keeps */
 #define HEAP_RUN_UNITS 256                    /* ... up to 4 MiB of them */
 #define CPU_CHUNK      64                     /* cpu slabs per page of a heap */
@@ -231,11 +232,17 @@ struct thread_heap {
 _Static_assert(NR_CHUNKS <= 64, "chunks_used is one word");
 
 struct uslab_cache {
-	/* read by the fast paths */
+	/* read by the fast paths; the first by uslab.h's inline ones, which
+	 * take the free pointer at offset 0 and so serve only caches that keep
+	 * it there: for a cache with a constructor (free pointer after the
+	 * object) it is the offset of cpu[NEVER_USED_ID], always empty, so
+	 * they call the library for every allocation and free */
+	uint32_t inline_offset;
 	uint32_t cpu_offset;           /* byte offset of its cpu slab in a heap: id * 64 */
 	uint32_t fp_offset;            /* free pointer offset inside an object slot */
 	uint32_t chunk;                /* id / 64: its bit in heap->chunks_used */
 	uint32_t stride;               /* bytes per object slot */
+	uint32_t pad;
 	uint64_t stride_magic;         /* ceil(2^64 / stride): on_object_boundary() */
 
 	uint32_t size;                 /* requested object size */
@@ -263,8 +270,7 @@ struct uslab_cache {
 	int dead;                      /* destroyed; set under the registry lock */
 	char name[32];
 };
-MIRRORS(struct uslab_cache, cpu_offset, struct uslab_cache_fast_, cpu_offset);
-MIRRORS(struct uslab_cache, fp_offset, struct uslab_cache_fast_, fp_offset);
+MIRRORS(struct uslab_cache, inline_offset, struct uslab_cache_fast_, inline_offset);
 
 /* Divisibility by the stride with one multiply (Lemire's test): off is on
  * an object boundary iff off * ceil(2^64 / stride) < ceil(2^64 / stride). */

@@ -29,6 +29,7 @@ _Static_assert(offsetof(struct thread_heap, cpu) == 0, "cpu slabs first");
 #define SMALL_MAX   (32u << 10)
 #define LARGE_MAX   (2ul << 20)
 #define NR_CLASSES  46
+_Static_assert(NR_CLASSES <= NEVER_USED_ID, "the never-used cpu slab is no kmalloc cache's");
 
 extern struct uslab_cache kmalloc_caches[NR_CLASSES];
 /* For n <= 1024, entry n is the class times sizeof(struct cpu_slab): the

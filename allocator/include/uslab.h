@@ -144,8 +144,12 @@ void uslab_stats_json(FILE *out);
  * allocation or a free of the calling thread's active slab costs a handful of
  * instructions and no call: the thread's cpu slab for the cache is reached
  * through one initial-exec TLS pointer, exactly as inside the library.
+ * They keep the free pointer in an object's first word, so they serve the
+ * caches made without a constructor; a cache with one keeps it after the
+ * object, and its inline_offset names a cpu slab that is always empty.
  * Everything else (an empty freelist, an object of another slab, NULL, a
- * double free of the freelist head, a thread with no heap yet) calls the
+ * double free of the freelist head, a thread with no heap yet, a cache
+ * with a constructor) calls the
  * library's uslab_cache_alloc/uslab_cache_free (as uslab__cache_alloc and
  * uslab__cache_free), which repeat the fast path with its checks and take
  * the slow path. The symbols stay exported, so the
@@ -165,8 +169,9 @@ struct uslab_cpu_cache_ {            /* per thread, per cache */
 	unsigned int private2_[2];
 };
 struct uslab_cache_fast_ {           /* the head of struct uslab_cache */
-	unsigned int cpu_offset;         /* byte offset of its cpu slab in a thread's heap */
-	unsigned int fp_offset;          /* where a free object keeps its next pointer */
+	unsigned int inline_offset;      /* byte offset of the cpu slab these paths use
+					    in a thread's heap (an always-empty one for a
+					    cache with a constructor) */
 };
 
 #if !defined(USLAB_NO_INLINE) && !defined(USLAB_BUILDING_LIBRARY) && defined(__GNUC__) && \
@@ -180,7 +185,7 @@ void *uslab__cache_alloc(struct uslab_cache *cache);
 void uslab__cache_free(struct uslab_cache *cache, void *obj);
 
 /* the calling thread's cpu slab for the cache (the empty one before it has a heap) */
-#define USLAB_CPU_CACHE_(s) ((struct uslab_cpu_cache_ *)(void *)(uslab_tls_heap_ + (s)->cpu_offset))
+#define USLAB_CPU_CACHE_(s) ((struct uslab_cpu_cache_ *)(void *)(uslab_tls_heap_ + (s)->inline_offset))
 
 USLAB_FAST_INLINE_ void *uslab_cache_alloc(struct uslab_cache *cache)
 {
@@ -189,7 +194,7 @@ USLAB_FAST_INLINE_ void *uslab_cache_alloc(struct uslab_cache *cache)
 	void *obj = c->freelist;
 
 	if (__builtin_expect(obj != 0, 1)) {
-		c->freelist = *(void **)(void *)((char *)obj + s->fp_offset);
+		c->freelist = *(void **)obj;
 		return obj;
 	}
 	return uslab__cache_alloc(cache);   /* refill */
@@ -201,7 +206,7 @@ USLAB_FAST_INLINE_ void uslab_cache_free(struct uslab_cache *cache, void *obj)
 	struct uslab_cpu_cache_ *c = USLAB_CPU_CACHE_(s);
 
 	if (__builtin_expect((unsigned long)obj - c->base < c->span && obj != c->freelist, 1)) {
-		*(void **)(void *)((char *)obj + s->fp_offset) = c->freelist;
+		*(void **)obj = c->freelist;
 		c->freelist = obj;
 		c->fast_frees++;
 		return;

@@ -100,8 +100,10 @@ static void test_fresh_thread(void)
 	CHECK_EQ(uslab_cache_destroy(c), 0);
 }
 
-/* ctor caches keep the free pointer outside the object (fp_offset > 0): the
- * inline paths must use it, or the first word would be clobbered. */
+/* ctor caches keep the free pointer outside the object (fp_offset > 0); the
+ * inline paths, which link through the first word, must leave them to the
+ * library (their inline_offset names an always-empty cpu slab), or the
+ * first word would be clobbered. */
 static void ctor(void *p)
 {
 	memset(p, 0x5a, 40);

@@ -466,9 +466,8 @@ void *cache_alloc_slow(struct uslab_cache *s)
 	/* acquire: pairs with cache_setup's release of objects, so a kmalloc
 	 * cache is used only once its id, chunk and cpu_offset are visible */
 	if (unlikely(!smp_load_acquire(&s->objects))) {   /* static kmalloc cache */
-		if (!kmalloc_class_init(s))
-			return NULL;
-		return cache_alloc_fast(s);
+		s = kmalloc_class_init(s);   /* or its start-up class */
+		return s ? cache_alloc_fast(s) : NULL;
 	}
 	c = cpu_slab_get(s);
 	if (unlikely(!c)) {
@@ -1020,7 +1019,7 @@ int cache_setup(struct uslab_cache *s, const char *name, size_t size, size_t ali
 	s->cpu_partial = option(OPT_CPU_PARTIAL) > 0 ? (unsigned)option(OPT_CPU_PARTIAL) :
 			 s->stride >= 4096 ? 2 : 4;
 	spin_lock_init(&s->list_lock);
-	snprintf(s->name, sizeof(s->name), "%s", name ? name : "unnamed");
+	name_copy(s->name, sizeof(s->name), name ? name : "unnamed");
 
 	kref_init(&s->ref);
 	qrw_write_lock(&cache_registry);

@@ -428,6 +428,7 @@ struct slab *segment_alloc_units(unsigned nunits, uint8_t kind, bool *zeroed);
 void segment_purge_all(void);                         /* decommit every dirty unit */
 void segment_decay(void);                             /* slow paths: purge old dirt */
 void huge_cache_decay(uint64_t now, uint64_t decay);  /* kmalloc.c: segment_decay's tick */
+size_t kmalloc_huge_cached_bytes(void);                /* kmalloc.c: freed huge mappings kept */
 uintptr_t huge_cache_take_aligned(size_t len, size_t align);   /* kmalloc.c: segment_map */
 int segment_unit_state(const void *p);                /* tests: 0 used, 1 dirty, 2 clean */
 void segment_free_units(struct slab *head);
@@ -458,6 +459,18 @@ struct slab *partial_take(struct uslab_cache *s, void **freelist, unsigned *coun
 bool __slab_free(struct uslab_cache *s, struct slab *slab, void *head, void *tail,
 		 unsigned cnt, bool can_freeze);
 void cache_shrink_partial(struct uslab_cache *s);
+
+/* Copy a C string into dst[size], truncated and always terminated. (Not
+ * snprintf: the first cache setup of a short-lived program would fault in
+ * libc's formatting code for it.) */
+static inline void name_copy(char *dst, size_t size, const char *src)
+{
+	size_t i = 0;
+
+	for (; i + 1 < size && src[i]; i++)
+		dst[i] = src[i];
+	dst[i] = 0;
+}
 
 /* ---- cache.c: per-thread heap access ---------------------------------------- */
 
@@ -528,7 +541,10 @@ struct slab *heap_run_take(unsigned units);            /* one of units..units*5/
 /* id < 0: the first free id above the kmalloc range */
 int cache_setup(struct uslab_cache *s, const char *name, size_t size, size_t align,
 		unsigned flags, void (*ctor)(void *), int id);
-bool kmalloc_class_init(struct uslab_cache *s);        /* kmalloc.c: a static cache */
+/* kmalloc.c: set up a static cache, or name its start-up class */
+struct uslab_cache *kmalloc_class_init(struct uslab_cache *s);
+extern bool kmalloc_startup;                           /* kmalloc.c: start-up classes */
+void kmalloc_startup_end(void);                        /* ... end: the fine ones */
 struct cache_report {
 	const char *name;
 	size_t size, object_size, objects_per_slab, slab_bytes;

@@ -89,19 +89,56 @@ const uint8_t kmalloc_big_class[SMALL_MAX / 128] = {
 	[224 ... 255] = 45,   /* 32768 */
 };
 
+/*
+ * Start-up classes. Every class a process uses costs it at least one page of
+ * its own slab, a setup and lines of its heap; a short-lived program (md5sum,
+ * sh, sort on a small file) spreads a few hundred blocks over some 20
+ * classes, and on a VM each first touch of a page costs about 13 us. So
+ * until some class needs a second slab, a request whose class is not set up
+ * yet is served from the power-of-two class above it (16 B ... 32 KiB, 12
+ * classes instead of 46): at most half a block wasted, in at most one slab
+ * per start-up class. Done in the slow path (the fine class's cpu slab stays
+ * empty, so its requests land there), which leaves the fast path and its
+ * tables as they are. USLAB_STARTUP_CLASSES=0 ends it at the first slow path.
+ */
+bool kmalloc_startup = true;
+
+static unsigned startup_class(unsigned c)
+{
+	size_t p = 16;
+
+	while (p < kmalloc_class_size[c])
+		p <<= 1;
+	return size_class(p);
+}
+
 static spinlock_t kmalloc_init_lock = SPINLOCK_INIT;
+
+/* From here on every class is set up on its first use (start-up classes). */
+void kmalloc_startup_end(void)
+{
+	WRITE_ONCE(kmalloc_startup, false);
+}
 
 /*
  * Set up kmalloc cache s on its first slow-path allocation. One class at a
  * time: a short-lived program that uses a dozen classes pays for a dozen
- * (each setup writes its cache's lines), not for all of them.
+ * (each setup writes its cache's lines), not for all of them. Returns the
+ * cache to allocate from: s, or its start-up class; NULL (ENOMEM) if the
+ * setup failed.
  */
-bool kmalloc_class_init(struct uslab_cache *s)
+struct uslab_cache *kmalloc_class_init(struct uslab_cache *s)
 {
 	unsigned i = (unsigned)(s - kmalloc_caches);
 	int err = 0;
 
 	options_init();
+	if (READ_ONCE(kmalloc_startup)) {
+		if (!option(OPT_STARTUP_CLASSES))
+			kmalloc_startup_end();
+		else if (startup_class(i) != i)
+			return &kmalloc_caches[startup_class(i)];
+	}
 	spin_lock(&kmalloc_init_lock);
 	if (!s->objects) {
 		char name[24];
@@ -111,15 +148,25 @@ bool kmalloc_class_init(struct uslab_cache *s)
 
 		if (align > 16)
 			align = 16;
-		snprintf(name, sizeof(name), "kmalloc-%u", sz);
+		/* "kmalloc-<size>", without snprintf (see name_copy) */
+		char digits[12], *d = digits + sizeof(digits);
+		*--d = 0;
+		unsigned v = sz;
+		do
+			*--d = (char)('0' + v % 10);
+		while (v /= 10);
+		name_copy(name, sizeof(name), "kmalloc-");
+		name_copy(name + 8, sizeof(name) - 8, d);
 		/* no constructor: the free pointer is at offset 0, which
 		 * kmalloc()/kfree() use as a constant */
 		err = cache_setup(s, name, sz, align, 0, NULL, (int)i);
 	}
 	spin_unlock(&kmalloc_init_lock);
-	if (err)
+	if (err) {
 		errno = ENOMEM;
-	return !err;
+		return NULL;
+	}
+	return s;
 }
 
 /* ---- huge blocks ------------------------------------------------------------ */

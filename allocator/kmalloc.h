@@ -60,7 +60,6 @@ size_t kmalloc_usable_size(const void *p, const char *call);
 bool kmalloc_trim(void);
 size_t kmalloc_huge_bytes(void);
 size_t kmalloc_huge_count(void);
-size_t kmalloc_huge_cached_bytes(void);   /* freed huge mappings kept for reuse */
 void kmalloc_fork_prepare(void);
 void kmalloc_fork_release(bool child);
 void free_nonsmall(void *p, struct slab *slab, const char *call);

@@ -34,7 +34,10 @@
 	X(RESERVE_SEGMENTS, "USLAB_RESERVE_SEGMENTS", INT, 1,                                \
 	  "wholly empty 4 MiB segments kept mapped for reuse")                               \
 	X(CPU_PARTIAL, "USLAB_CPU_PARTIAL", INT, 0,                                          \
-	  "frozen slabs a thread may hold per cache (0 = by object size: 4, or 2 from 4 KiB)")
+	  "frozen slabs a thread may hold per cache (0 = by object size: 4, or 2 from 4 KiB)") \
+	X(STARTUP_CLASSES, "USLAB_STARTUP_CLASSES", BOOL, 1,                                 \
+	  "serve malloc from power-of-two classes until some class needs a second slab "     \
+	  "(fewer pages touched by short-lived programs; 0 = the fine classes at once)")
 
 enum option_id {
 #define X(id, env, type, dflt, doc) OPT_##id,

@@ -470,6 +470,10 @@ void segment_decay(void)
 	uint64_t decay = (uint64_t)option(OPT_DECAY_MS);
 	size_t dirty_bytes = READ_ONCE(dirty_free_units) << UNIT_SHIFT;
 
+	/* Nothing to age: no clock read (a short-lived program's first
+	 * clock_gettime costs it two page faults, libc's and the vDSO's). */
+	if (!dirty_bytes && !kmalloc_huge_cached_bytes())
+		return;
 	if (decay == 0) {   /* huge_cache_put expires the huge cache itself */
 		if (dirty_bytes)
 			purge(0, 0, 0);

@@ -70,6 +70,11 @@ struct slab *slab_new(struct uslab_cache *s)
 	 * class for a few objects then writes one page of it, not four. */
 	if (fresh && s->stride <= os_page_size() && atomic_long_read(&s->slabs_allocated))
 		os_populate((void *)slab_start(slab), (size_t)s->units << UNIT_SHIFT);
+	/* a malloc class that needs a second slab: the program is no longer
+	 * just starting (kmalloc.c, start-up classes) */
+	if (unlikely(READ_ONCE(kmalloc_startup)) && s->id < KMALLOC_IDS &&
+	    atomic_long_read(&s->slabs_allocated))
+		kmalloc_startup_end();
 	slab->base = slab_start(slab);
 	slab->next = slab->prev = NULL;
 	slab->on_partial = 0;

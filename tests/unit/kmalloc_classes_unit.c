@@ -1,7 +1,10 @@
 /* kmalloc_classes_unit - size_class() against a slow obvious model, and the
- * class table's promises (waste, alignment, cpu-slab offsets). */
+ * class table's promises (waste, alignment, cpu-slab offsets); first, the
+ * start-up classes (power-of-two classes for a process's first blocks) in a
+ * running allocator, and what ends them (a class's second slab). */
 #include "test.h"
 #include "kmalloc.h"
+#include "uslab.h"
 
 /* The model: the first class whose size holds n. */
 static unsigned model_class(size_t n)
@@ -12,8 +15,65 @@ static unsigned model_class(size_t n)
 	return NR_CLASSES;
 }
 
+/* The start-up class of a request: the first power of two >= max(n, 16). */
+static size_t startup_size(size_t n)
+{
+	size_t p = 16;
+
+	while (p < n)
+		p <<= 1;
+	return p;
+}
+
+/* In use (uslab_malloc, this process's first allocations): a request whose
+ * fine class is not set up gets its start-up class; aligned requests keep
+ * their alignment; the first class to need a second slab ends it, and
+ * requests get their fine classes from then on. */
+static void check_startup_classes(void)
+{
+	static const size_t sizes[] = { 1, 8, 24, 40, 100, 200, 300, 700, 1100, 1500,
+					3000, 5000, 9000, 17000, 30000 };
+	enum { NS = sizeof(sizes) / sizeof(sizes[0]) };
+	void *blocks[NS], *keep[4096];
+	size_t n = 0;
+
+	CHECK(kmalloc_startup);
+	for (size_t i = 0; i < NS; i++) {
+		blocks[i] = uslab_malloc(sizes[i]);
+		REQUIRE(blocks[i]);
+		CHECK_EQ(uslab_malloc_usable_size(blocks[i]), startup_size(sizes[i]));
+	}
+	void *a = uslab_memalign(32, 40);   /* class 48, not a multiple of 32: 64 */
+	CHECK(a && (uintptr_t)a % 32 == 0);
+	CHECK_EQ(uslab_malloc_usable_size(a), 64);
+	uslab_free(a);
+
+	/* 40-byte requests fill the 64-byte start-up class's first slab; the
+	 * one that needs its second slab ends the start-up classes */
+	while (kmalloc_startup && n < 4096) {
+		keep[n] = uslab_malloc(40);
+		REQUIRE(keep[n]);
+		CHECK_EQ(uslab_malloc_usable_size(keep[n]), 64);
+		n++;
+	}
+	CHECK(!kmalloc_startup);
+	CHECK(n <= kmalloc_caches[size_class(64)].objects);
+	void *p = uslab_malloc(40);
+	CHECK_EQ(uslab_malloc_usable_size(p), 48);
+	uslab_free(p);
+	p = uslab_malloc(1100);
+	CHECK_EQ(uslab_malloc_usable_size(p), 1152);
+	uslab_free(p);
+	for (size_t i = 0; i < n; i++)
+		uslab_free(keep[i]);
+	for (size_t i = 0; i < NS; i++)
+		uslab_free(blocks[i]);
+}
+
 int main(void)
 {
+	check_startup_classes();
+
 	CHECK_EQ(kmalloc_class_size[NR_CLASSES - 1], SMALL_MAX);
 	for (unsigned c = 1; c < NR_CLASSES; c++)
 		CHECK(kmalloc_class_size[c] > kmalloc_class_size[c - 1]);

@@ -25,6 +25,7 @@
 #include "test.h"
 #include "stats_json.h"
 #include "stats.h"
+#include "internal.h"   /* kmalloc_startup_end */
 #include "uslab.h"
 
 #include <limits.h>
@@ -394,6 +395,8 @@ static void test_docs(void)
 
 int main(void)
 {
+	/* exact classes: the counts below assume each size has its own */
+	kmalloc_startup_end();
 	test_cache();
 	test_kmalloc();
 	test_table();

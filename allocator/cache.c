@@ -467,7 +467,12 @@ void *cache_alloc_slow(struct uslab_cache *s)
 	 * cache is used only once its id, chunk and cpu_offset are visible */
 	if (unlikely(!smp_load_acquire(&s->objects))) {   /* static kmalloc cache */
 		s = kmalloc_class_init(s);   /* or its start-up class */
-		return s ? cache_alloc_fast(s) : NULL;
+		if (!s)
+			return NULL;
+		/* a start-up class not set up yet has no cpu_offset to go by
+		 * (0 would name class 0's cpu slab): it sets itself up there */
+		return likely(smp_load_acquire(&s->objects)) ? cache_alloc_fast(s) :
+							       cache_alloc_slow(s);
 	}
 	c = cpu_slab_get(s);
 	if (unlikely(!c)) {

@@ -41,7 +41,9 @@ static pthread_once_t heap_key_once = PTHREAD_ONCE_INIT;
  * need not hold the registry lock through their long walks. */
 static qrwlock_t cache_registry;
 static struct uslab_cache *caches;
-static uint64_t cache_ids[MAX_CACHES / 64];
+/* ids in use; ids 63, 127, ... are never given (their cpu slabs start the
+ * pages of a heap: see struct thread_heap) */
+static uint64_t cache_ids[MAX_CACHES / 64] = { [0 ... MAX_CACHES / 64 - 1] = 1ull << 63 };
 
 static void heap_thread_exit(void *arg);
 static void cpu_slab_flush(struct uslab_cache *s, struct cpu_slab *c);

@@ -99,9 +99,18 @@ const uint8_t kmalloc_big_class[SMALL_MAX / 128] = {
  * classes instead of 46): at most half a block wasted, in at most one slab
  * per start-up class. Done in the slow path (the fine class's cpu slab stays
  * empty, so its requests land there), which leaves the fast path and its
- * tables as they are. USLAB_STARTUP_CLASSES=0 ends it at the first slow path.
+ * tables as they are; so it also ends after STARTUP_REDIRECTS_MAX slow-path
+ * visits of classes not set up. USLAB_STARTUP_CLASSES=0 ends it at the first
+ * slow path.
  */
 bool kmalloc_startup = true;
+
+/* Redirected requests so far, and how many end the start-up classes too: a
+ * program that keeps allocating and freeing a few blocks of one size never
+ * needs a second slab, and would otherwise pay the slow path on every one
+ * of them for good (malloc(8) + free: 7.6 ns against 3.9). */
+static atomic_long_t startup_redirects;
+#define STARTUP_REDIRECTS_MAX 4096
 
 static unsigned startup_class(unsigned c)
 {
@@ -134,7 +143,8 @@ struct uslab_cache *kmalloc_class_init(struct uslab_cache *s)
 
 	options_init();
 	if (READ_ONCE(kmalloc_startup)) {
-		if (!option(OPT_STARTUP_CLASSES))
+		if (!option(OPT_STARTUP_CLASSES) ||
+		    atomic_long_inc_return_relaxed(&startup_redirects) > STARTUP_REDIRECTS_MAX)
 			kmalloc_startup_end();
 		else if (startup_class(i) != i)
 			return &kmalloc_caches[startup_class(i)];

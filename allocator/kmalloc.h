@@ -22,7 +22,6 @@
 #include "internal.h"
 
 _Static_assert(sizeof(struct cpu_slab) == 1 << 6, "CPU_SLAB_SHIFT");
-_Static_assert(offsetof(struct thread_heap, cpu) == 0, "cpu slabs first");
 
 #pragma GCC visibility push(hidden)
 
@@ -80,7 +79,8 @@ static inline void *kmalloc(size_t n)
 	else
 		return malloc_large_or_huge(n, 0, NULL);
 
-	struct cpu_slab *c = (struct cpu_slab *)((char *)tls_heap + off);
+	struct cpu_slab *c = (struct cpu_slab *)((char *)tls_heap +
+						 offsetof(struct thread_heap, cpu) + off);
 	void *obj = c->freelist;
 
 	if (likely(obj)) {

@@ -143,11 +143,13 @@ struct uslab_cache *kmalloc_class_init(struct uslab_cache *s)
 
 	options_init();
 	if (READ_ONCE(kmalloc_startup)) {
+		unsigned t = startup_class(i);
+
 		if (!option(OPT_STARTUP_CLASSES) ||
 		    atomic_long_inc_return_relaxed(&startup_redirects) > STARTUP_REDIRECTS_MAX)
 			kmalloc_startup_end();
-		else if (startup_class(i) != i)
-			return &kmalloc_caches[startup_class(i)];
+		else if (t != i)
+			return &kmalloc_caches[t];
 	}
 	spin_lock(&kmalloc_init_lock);
 	if (!s->objects) {

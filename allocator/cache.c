@@ -16,6 +16,7 @@
  */
 #define _GNU_SOURCE
 #include "internal.h"
+#include "kmalloc.h"
 #include "options.h"
 
 #include <errno.h>
@@ -288,7 +289,7 @@ static unsigned slab_release(struct uslab_cache *s, struct slab *slab, void *cha
 		slab->local_count = 0;
 	}
 	if (slab->built < s->objects) {
-		head = slab_build(s, slab, head, true, &k);
+		head = slab_build(s, slab, head, BUILD_REST, &k);
 		n += k;
 		if (!tail)
 			tail = (char *)slab->base + (size_t)(s->objects - 1) * s->stride;
@@ -456,6 +457,33 @@ static void *slab_take_private(struct uslab_cache *s, struct slab *slab, unsigne
 	return chain;
 }
 
+/*
+ * Owner only, the active slab running dry with objects unbuilt and `reused`
+ * objects freed back to it (malloc's frees of the active slab's objects go
+ * to its local list): whether to build more, and how many. With none freed
+ * back it must (BUILD_GROW). Otherwise reuse comes first: those objects are
+ * warm, and an unbuilt one lies on a page never written, a page fault the
+ * first time (13 us on the VM of docs/bench.md, ~1 us on bare metal, against
+ * ~30 ns for a refill); a short process that cycles one buffer of a
+ * page-sized class (md5sum's 4 KiB stdio buffer, file after file) so writes
+ * one page of the slab, not all eight. But a thread cycling a few objects
+ * would then come here every few allocations for good (a malloc/free pair
+ * of a page-sized class: every time): after REUSE_REFILLS_MAX refills served
+ * by frees alone the slab builds one more page's worth, so a thread that
+ * keeps coming back gets its slab built (after at most pages x
+ * REUSE_REFILLS_MAX refills), and then refills as rarely as before.
+ */
+static void *slab_build_more(struct uslab_cache *s, struct slab *slab, unsigned reused,
+			     unsigned *count)
+{
+	if (!reused)
+		return slab_build(s, slab, NULL, BUILD_GROW, count);
+	*count = 0;
+	if (++slab->reuse_refills < REUSE_REFILLS_MAX)
+		return NULL;
+	return slab_build(s, slab, NULL, BUILD_PAGE, count);
+}
+
 void *cache_alloc_slow(struct uslab_cache *s)
 {
 	struct cpu_slab *c;
@@ -465,16 +493,16 @@ void *cache_alloc_slow(struct uslab_cache *s)
 
 	if (unlikely(READ_ONCE(stats_pending)))
 		stats_poll();
-	/* acquire: pairs with cache_setup's release of objects, so a kmalloc
-	 * cache is used only once its id, chunk and cpu_offset are visible */
-	if (unlikely(!smp_load_acquire(&s->objects))) {   /* static kmalloc cache */
+	/* acquire (in kmalloc_unready): pairs with the release after
+	 * cache_setup, so a kmalloc cache is used only once its id, chunk and
+	 * cpu_offset are visible */
+	if (unlikely(kmalloc_unready(s))) {
 		s = kmalloc_class_init(s);   /* or its start-up class */
 		if (!s)
 			return NULL;
 		/* a start-up class not set up yet has no cpu_offset to go by
 		 * (0 would name class 0's cpu slab): it sets itself up there */
-		return likely(smp_load_acquire(&s->objects)) ? cache_alloc_fast(s) :
-							       cache_alloc_slow(s);
+		return likely(!kmalloc_unready(s)) ? cache_alloc_fast(s) : cache_alloc_slow(s);
 	}
 	c = cpu_slab_get(s);
 	if (unlikely(!c)) {
@@ -491,20 +519,14 @@ void *cache_alloc_slow(struct uslab_cache *s)
 	if (c->slab) {
 		/* owner-local and remote frees to the active slab first */
 		freelist = slab_take_private(s, c->slab, &count);
-		/* frees back (malloc's free of the active slab's objects goes
-		 * to its local list) while objects are unbuilt: build more too,
-		 * or a thread cycling through a few objects would come here
-		 * every few allocations (a malloc/free pair of a page-sized
-		 * class: every time), its slab never built further */
 		if (c->slab->built < s->objects) {
 			unsigned more, back = 0;
-			void *built = slab_build(s, c->slab, NULL, false, &more);
-			/* after the objects freed back: they are the warm ones */
-			void *tail = chain_last(s, freelist, &back);
+			void *built = slab_build_more(s, c->slab, count, &more);
 
-			if (tail)
-				fp_set(s, tail, built);
-			else
+			/* after the objects freed back: they are the warm ones */
+			if (built && freelist)
+				fp_set(s, chain_last(s, freelist, &back), built);
+			else if (built)
 				freelist = built;
 			count += more;
 		}
@@ -539,7 +561,7 @@ void *cache_alloc_slow(struct uslab_cache *s)
 			errno = ENOMEM;
 			return NULL;
 		}
-		freelist = slab_build(s, slab, NULL, false, &count);
+		freelist = slab_build(s, slab, NULL, BUILD_GROW, &count);
 	}
 	slab_set_owner(slab);
 activate:

@@ -127,7 +127,9 @@ struct slab {
 	uint32_t span;                 /* objects * stride */
 	uint32_t built;                /* objects linked so far (slab_build); below
 					  objects only while frozen, owner-written */
-	char pad[8];
+	uint32_t reuse_refills;        /* owner-only: refills served by frees alone
+					  since the last build (slab_build_more) */
+	char pad[4];
 };
 _Static_assert(offsetof(struct slab, xword) % 16 == 0, "the coupled word must be 16-aligned");
 _Static_assert(offsetof(struct slab, xword) == 64, "free-path fields share one cache line");
@@ -465,7 +467,13 @@ void meta_free(void *p, size_t size);
 
 /* ---- slab.c ---------------------------------------------------------------- */
 struct slab *slab_new(struct uslab_cache *s);         /* frozen, nothing built */
-void *slab_build(struct uslab_cache *s, struct slab *slab, void *then, bool rest,
+/* how much slab_build links: as many as are built (the first call: the
+ * objects that start in the first page), one page's worth, or all the rest */
+enum build_step { BUILD_GROW, BUILD_PAGE, BUILD_REST };
+/* after REUSE_REFILLS_MAX refills of an active slab served by frees alone,
+ * it builds a page more (cache.c, slab_build_more) */
+#define REUSE_REFILLS_MAX 64
+void *slab_build(struct uslab_cache *s, struct slab *slab, void *then, enum build_step step,
 		 unsigned *count);
 void slab_discard(struct uslab_cache *s, struct slab *slab);
 void slab_unfreeze(struct uslab_cache *s, struct slab *slab, void *head, void *tail,

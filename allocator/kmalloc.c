@@ -21,7 +21,22 @@
 #include <string.h>
 #include <sys/mman.h>
 
-struct uslab_cache kmalloc_caches[NR_CLASSES];
+/* page-aligned: the start-up classes' 12 x 384 bytes then start a page */
+struct uslab_cache kmalloc_store[NR_CLASSES] __attribute__((aligned(4096)));
+
+uint64_t kmalloc_ready;
+
+const uint8_t kmalloc_slot_class[NR_CLASSES] = {
+	1, 2, 4, 8, 12, 16, 20, 25, 30, 35, 40, 45,   /* 16 B, 32 B, ... 32 KiB */
+	0, 3, 5, 6, 7, 9, 10, 11, 13, 14, 15, 17, 18, 19, 21, 22, 23, 24, 26,
+	27, 28, 29, 31, 32, 33, 34, 36, 37, 38, 39, 41, 42, 43, 44,
+};
+
+const uint8_t kmalloc_slot[NR_CLASSES] = {
+	12, 0, 1, 13, 2, 14, 15, 16, 3, 17, 18, 19, 4, 20, 21, 22, 5, 23, 24,
+	25, 6, 26, 27, 28, 29, 7, 30, 31, 32, 33, 8, 34, 35, 36, 37, 9, 38, 39,
+	40, 41, 10, 42, 43, 44, 45, 11,
+};
 
 /* size_class() for n <= 1024, as cpu-slab offsets, indexed by n itself: 2 KiB
  * (a line covers 32 sizes), and no rounding instructions on the fast path */
@@ -138,7 +153,7 @@ void kmalloc_startup_end(void)
  */
 struct uslab_cache *kmalloc_class_init(struct uslab_cache *s)
 {
-	unsigned i = (unsigned)(s - kmalloc_caches);
+	unsigned i = kmalloc_class_of(s);
 	int err = 0;
 
 	options_init();
@@ -149,10 +164,10 @@ struct uslab_cache *kmalloc_class_init(struct uslab_cache *s)
 		    atomic_long_inc_return_relaxed(&startup_redirects) > STARTUP_REDIRECTS_MAX)
 			kmalloc_startup_end();
 		else if (t != i)
-			return &kmalloc_caches[t];
+			return kmalloc_cache(t);
 	}
 	spin_lock(&kmalloc_init_lock);
-	if (!s->objects) {
+	if (kmalloc_unready(s)) {
 		char name[24];
 		unsigned sz = kmalloc_class_size[i];
 		/* natural alignment of the class: its power-of-two factor, max 16 */
@@ -172,6 +187,9 @@ struct uslab_cache *kmalloc_class_init(struct uslab_cache *s)
 		/* no constructor: the free pointer is at offset 0, which
 		 * kmalloc()/kfree() use as a constant */
 		err = cache_setup(s, name, sz, align, 0, NULL, (int)i);
+		if (!err)
+			smp_store_release(&kmalloc_ready,
+					  kmalloc_ready | 1ull << (s - kmalloc_store));
 	}
 	spin_unlock(&kmalloc_init_lock);
 	if (err) {
@@ -735,13 +753,13 @@ void *kmalloc_aligned(size_t align, size_t n)
 	 * align (<= UNIT_SIZE) puts every object on an align boundary */
 	if (want <= SMALL_MAX && align <= UNIT_SIZE) {
 		for (unsigned c = size_class(want); c < NR_CLASSES; c++) {
-			struct uslab_cache *s = &kmalloc_caches[c];
+			struct uslab_cache *s = kmalloc_cache(c);
 
 			if (kmalloc_class_size[c] % align)
 				continue;
 			/* a class not set up yet has no cpu_offset to go by */
-			return likely(smp_load_acquire(&s->objects)) ? cache_alloc_fast(s) :
-								       cache_alloc_slow(s);
+			return likely(!kmalloc_unready(s)) ? cache_alloc_fast(s) :
+							     cache_alloc_slow(s);
 		}
 	}
 	return malloc_large_or_huge(n, align, NULL);
@@ -758,8 +776,8 @@ bool kmalloc_trim(void)
 
 	uslab_thread_flush();
 	for (unsigned i = 0; i < NR_CLASSES; i++)
-		if (smp_load_acquire(&kmalloc_caches[i].objects))   /* set up */
-			cache_shrink_partial(&kmalloc_caches[i]);
+		if (!kmalloc_unready(&kmalloc_store[i]))
+			cache_shrink_partial(&kmalloc_store[i]);
 	segment_purge_all();
 	segment_release_empty_over(0);
 	huge_cache_expire(UINT64_MAX);

@@ -30,7 +30,42 @@ _Static_assert(sizeof(struct cpu_slab) == 1 << 6, "CPU_SLAB_SHIFT");
 #define NR_CLASSES  46
 _Static_assert(NR_CLASSES <= NEVER_USED_ID, "the never-used cpu slab is no kmalloc cache's");
 
-extern struct uslab_cache kmalloc_caches[NR_CLASSES];
+/*
+ * The static caches, stored start-up classes first (the power-of-two ones,
+ * 16 B ... 32 KiB, in size order; then the others): a short-lived program
+ * uses mostly those, so their setup writes, and a fork's lock and unlock of
+ * their list_locks copies, one or two pages rather than five.
+ * kmalloc_slot[class] is a class's place, kmalloc_slot_class[] the inverse.
+ */
+#define NR_STARTUP_CLASSES 12
+extern struct uslab_cache kmalloc_store[NR_CLASSES];
+extern const uint8_t kmalloc_slot[NR_CLASSES];
+extern const uint8_t kmalloc_slot_class[NR_CLASSES];
+
+static inline struct uslab_cache *kmalloc_cache(unsigned cls)
+{
+	return &kmalloc_store[kmalloc_slot[cls]];
+}
+
+static inline unsigned kmalloc_class_of(const struct uslab_cache *s)
+{
+	return kmalloc_slot_class[s - kmalloc_store];
+}
+
+/* Bit k: kmalloc_store[k] is set up (set with release under the init lock,
+ * after cache_setup). One word, so asking whether a class is ready does not
+ * touch the class's own lines: a start-up redirect of a class never set up
+ * leaves its page of kmalloc_store unread. */
+extern uint64_t kmalloc_ready;
+_Static_assert(NR_CLASSES <= 64, "kmalloc_ready is one word");
+
+/* Whether s is a static kmalloc cache not set up yet (any cache may ask). */
+static inline bool kmalloc_unready(const struct uslab_cache *s)
+{
+	uintptr_t k = ((uintptr_t)s - (uintptr_t)kmalloc_store) / sizeof(*s);
+
+	return k < NR_CLASSES && !(smp_load_acquire(&kmalloc_ready) >> k & 1);
+}
 /* For n <= 1024, entry n is the class times sizeof(struct cpu_slab): the
  * byte offset of the class's cpu slab in a heap. */
 extern const uint16_t kmalloc_small_off[1025];
@@ -87,7 +122,7 @@ static inline void *kmalloc(size_t n)
 		c->freelist = *(void **)obj;
 		return obj;
 	}
-	return cache_alloc_slow(&kmalloc_caches[off >> CPU_SLAB_SHIFT]);
+	return cache_alloc_slow(kmalloc_cache((unsigned)(off >> CPU_SLAB_SHIFT)));
 }
 
 /*

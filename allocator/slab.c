@@ -81,6 +81,7 @@ struct slab *slab_new(struct uslab_cache *s)
 	slab->local_free = NULL;
 	slab->local_count = 0;
 	WRITE_ONCE(slab->built, 0);   /* statistics walks read it */
+	slab->reuse_refills = 0;
 	slab_clear_owner(slab);
 	slab->span = s->objects * s->stride;
 	/* malloc's free fast path accepts only kmalloc objects */
@@ -101,26 +102,27 @@ struct slab *slab_new(struct uslab_cache *s)
 /*
  * Owner only: bring the next objects of a frozen slab into existence, the
  * constructor run on each and their free pointers linked, the last one to
- * `then`. The first call builds the objects that start in the slab's first
- * page, each later one as many again as are built (a slab's pages are
- * written about as fast as they are used, in a handful of calls), `rest`
- * all that remain. Unbuilt objects are counted in use by the coupled word
- * and sit on no list: they are the owner's, like its private chain, and
- * slab_release builds them before the slab is unfrozen, so an unfrozen slab
- * is always fully built. Returns the chain; *count its length.
+ * `then`. BUILD_GROW links as many as are built already (the first call the
+ * objects that start in the slab's first page), so a slab's pages are written
+ * about as fast as they are used, in a handful of calls; BUILD_PAGE one
+ * page's worth; BUILD_REST all that remain. Unbuilt objects are counted in
+ * use by the coupled word and sit on no list: they are the owner's, like its
+ * private chain, and slab_release builds them before the slab is unfrozen,
+ * so an unfrozen slab is always fully built. Returns the chain; *count its
+ * length.
  */
-void *slab_build(struct uslab_cache *s, struct slab *slab, void *then, bool rest,
+void *slab_build(struct uslab_cache *s, struct slab *slab, void *then, enum build_step step,
 		 unsigned *count)
 {
 	unsigned first = slab->built, n = s->objects - first;
 	char *start = (char *)slab->base + (size_t)first * s->stride, *obj = start;
+	unsigned page_objs = (unsigned)((os_page_size() + s->stride - 1) / s->stride);
 
-	if (!rest) {
-		unsigned step = first ? first :
-			(unsigned)((os_page_size() + s->stride - 1) / s->stride);
+	if (step != BUILD_REST) {
+		unsigned want = step == BUILD_GROW && first ? first : page_objs;
 
-		if (step < n)
-			n = step;
+		if (want < n)
+			n = want;
 	}
 	for (unsigned i = 0; i < n; i++, obj += s->stride) {
 		if (s->ctor)
@@ -128,6 +130,7 @@ void *slab_build(struct uslab_cache *s, struct slab *slab, void *then, bool rest
 		fp_set(s, obj, i + 1 < n ? obj + s->stride : then);
 	}
 	WRITE_ONCE(slab->built, first + n);   /* validate and info read it */
+	slab->reuse_refills = 0;
 	*count = n;
 	return start;
 }

@@ -149,14 +149,31 @@ bool __dwcas_slow(dword_t *p, dword_t *old, dword_t nw)
 	return dwcas_locked(p, old, nw);
 }
 
+/*
+ * fork(): the stripes are taken only on the locked path. With cmpxchg16b
+ * nobody takes them, and writing their page in prepare and again in both
+ * processes afterwards would cost a page copy on each side of every fork
+ * (a shell forks for each command): so the handlers skip them. The choice
+ * is made in prepare, before the fork, and read (never written) after it.
+ */
+static bool stripes_held;
+
 void dwcas_lock_all(void)
 {
+	bool held = dwcas_path() != DWCAS_NATIVE;
+
+	if (stripes_held != held)   /* no write at all in the usual case */
+		stripes_held = held;
+	if (!held)
+		return;
 	for (int i = 0; i < DWCAS_STRIPES; i++)
 		spin_lock(&stripes[i].lock);
 }
 
 void dwcas_unlock_all(bool child)
 {
+	if (!stripes_held)
+		return;
 	for (int i = DWCAS_STRIPES - 1; i >= 0; i--) {
 		if (child)
 			spin_unlock_after_fork_child(&stripes[i].lock);

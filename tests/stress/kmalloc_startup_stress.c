@@ -130,7 +130,7 @@ int main(void)
 		}
 	uslab_thread_flush();
 	for (unsigned c = 0; c < NR_CLASSES; c++)
-		if (kmalloc_caches[c].objects)
-			CHECK_EQ(uslab_cache_validate(&kmalloc_caches[c]), 0);
+		if (kmalloc_store[c].objects)
+			CHECK_EQ(uslab_cache_validate(&kmalloc_store[c]), 0);
 	return test_done("kmalloc_startup_stress");
 }

@@ -60,7 +60,7 @@ static void check_startup_classes(void)
 		n++;
 	}
 	CHECK(!kmalloc_startup);
-	CHECK(n <= kmalloc_caches[size_class(64)].objects);
+	CHECK(n <= kmalloc_cache(size_class(64))->objects);
 	void *p = uslab_malloc(40);
 	CHECK_EQ(uslab_malloc_usable_size(p), 48);
 	uslab_free(p);
@@ -129,6 +129,23 @@ int main(void)
 		CHECK(sz % want == 0);
 	}
 	CHECK_EQ(size_class(0), 0);
+	/* the caches' storage: a permutation, the start-up classes (every
+	 * power of two from 16 on) first in size order, from a page start */
+	CHECK_EQ((uintptr_t)kmalloc_store % 4096, 0);
+	unsigned startup_seen = 0;
+	for (unsigned c = 0; c < NR_CLASSES; c++) {
+		size_t sz = kmalloc_class_size[c];
+		bool startup = sz >= 16 && (sz & (sz - 1)) == 0;
+
+		CHECK(kmalloc_slot[c] < NR_CLASSES);
+		CHECK_EQ(kmalloc_slot_class[kmalloc_slot[c]], c);
+		CHECK(kmalloc_class_of(kmalloc_cache(c)) == c);
+		if (startup)
+			CHECK_EQ(kmalloc_slot[c], startup_seen++);
+		else
+			CHECK(kmalloc_slot[c] >= NR_STARTUP_CLASSES);
+	}
+	CHECK_EQ(startup_seen, NR_STARTUP_CLASSES);
 	/* the malloc fast path's table: offsets of the class's cpu slab */
 	CHECK_EQ(kmalloc_small_off[0], 0);
 	for (size_t n = 1; n <= 1024; n++)

@@ -579,6 +579,7 @@ struct cache_report {
 void caches_for_each_report(void (*fn)(const struct cache_report *, void *), void *arg);
 void stats_poll(void);                                 /* stats.c: a signalled dump */
 void stats_init(void);                                 /* stats.c: the signal, if any */
+bool uslab_fork_took_locks_(void);                     /* process.c: for tests */
 size_t segment_committed_bytes(void);
 extern int stats_pending;
 void caches_lock_all(void);                            /* fork: registry, heaps, lists */

@@ -14,9 +14,45 @@
 #include "options.h"
 
 #include <pthread.h>
+#if __has_include(<sys/single_threaded.h>)
+#include <sys/single_threaded.h>
+#define USLAB_HAVE_SINGLE_THREADED 1
+#endif
+
+/*
+ * A process that never made a thread (glibc's __libc_single_threaded) has no
+ * thread that could hold a lock at fork(): the one thread is in fork(), not
+ * in the allocator. Taking every lock would only write their pages, and
+ * releasing them write them again in both processes, a page copy each side
+ * of every fork (a shell, make or xargs forks for each command): so such a
+ * process takes none. The choice is made in prepare, before the fork, and
+ * only read after it.
+ */
+static bool fork_locked;
+
+static bool process_single_threaded(void)
+{
+#if USLAB_HAVE_SINGLE_THREADED
+	return __libc_single_threaded;
+#else
+	return false;
+#endif
+}
+
+/* For tests: whether the last fork's handlers took the locks. */
+bool uslab_fork_took_locks_(void)
+{
+	return fork_locked;
+}
 
 static void fork_prepare(void)
 {
+	bool lock = !process_single_threaded();
+
+	if (fork_locked != lock)   /* no write in the usual case */
+		fork_locked = lock;
+	if (!lock)
+		return;
 	kmalloc_fork_prepare();   /* kmalloc_init_lock ranks above the registry */
 	caches_lock_all();
 	segment_lock_all();
@@ -25,6 +61,8 @@ static void fork_prepare(void)
 
 static void fork_release(bool child)
 {
+	if (!fork_locked)
+		return;
 	dwcas_unlock_all(child);
 	segment_unlock_all(child);
 	caches_unlock_all(child);

@@ -21,10 +21,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-/* page-aligned: the start-up classes' 12 x 384 bytes then start a page */
-struct uslab_cache kmalloc_store[NR_CLASSES] __attribute__((aligned(4096)));
-
-uint64_t kmalloc_ready;
+struct kmalloc_statics kmalloc_statics __attribute__((aligned(4096)));
 
 const uint8_t kmalloc_slot_class[NR_CLASSES] = {
 	1, 2, 4, 8, 12, 16, 20, 25, 30, 35, 40, 45,   /* 16 B, 32 B, ... 32 KiB */
@@ -188,8 +185,8 @@ struct uslab_cache *kmalloc_class_init(struct uslab_cache *s)
 		 * kmalloc()/kfree() use as a constant */
 		err = cache_setup(s, name, sz, align, 0, NULL, (int)i);
 		if (!err)
-			smp_store_release(&kmalloc_ready,
-					  kmalloc_ready | 1ull << (s - kmalloc_store));
+			smp_store_release(&kmalloc_statics.ready,
+					  kmalloc_statics.ready | 1ull << (s - kmalloc_store));
 	}
 	spin_unlock(&kmalloc_init_lock);
 	if (err) {

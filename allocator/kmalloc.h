@@ -38,7 +38,20 @@ _Static_assert(NR_CLASSES <= NEVER_USED_ID, "the never-used cpu slab is no kmall
  * kmalloc_slot[class] is a class's place, kmalloc_slot_class[] the inverse.
  */
 #define NR_STARTUP_CLASSES 12
-extern struct uslab_cache kmalloc_store[NR_CLASSES];
+
+/* The static caches and the word of which are set up, from a page start:
+ * the word and the first ten start-up classes share a page. */
+struct kmalloc_statics {
+	/* bit k: store[k] is set up (set with release under the init lock,
+	 * after cache_setup). One word, so asking whether a class is ready
+	 * does not touch the class's own lines: a start-up redirect of a
+	 * class never set up leaves its page of store unread. */
+	uint64_t ready;
+	struct uslab_cache store[NR_CLASSES] __attribute__((aligned(CACHE_LINE)));
+};
+_Static_assert(NR_CLASSES <= 64, "ready is one word");
+extern struct kmalloc_statics kmalloc_statics;
+#define kmalloc_store (kmalloc_statics.store)
 extern const uint8_t kmalloc_slot[NR_CLASSES];
 extern const uint8_t kmalloc_slot_class[NR_CLASSES];
 
@@ -52,19 +65,12 @@ static inline unsigned kmalloc_class_of(const struct uslab_cache *s)
 	return kmalloc_slot_class[s - kmalloc_store];
 }
 
-/* Bit k: kmalloc_store[k] is set up (set with release under the init lock,
- * after cache_setup). One word, so asking whether a class is ready does not
- * touch the class's own lines: a start-up redirect of a class never set up
- * leaves its page of kmalloc_store unread. */
-extern uint64_t kmalloc_ready;
-_Static_assert(NR_CLASSES <= 64, "kmalloc_ready is one word");
-
 /* Whether s is a static kmalloc cache not set up yet (any cache may ask). */
 static inline bool kmalloc_unready(const struct uslab_cache *s)
 {
 	uintptr_t k = ((uintptr_t)s - (uintptr_t)kmalloc_store) / sizeof(*s);
 
-	return k < NR_CLASSES && !(smp_load_acquire(&kmalloc_ready) >> k & 1);
+	return k < NR_CLASSES && !(smp_load_acquire(&kmalloc_statics.ready) >> k & 1);
 }
 /* For n <= 1024, entry n is the class times sizeof(struct cpu_slab): the
  * byte offset of the class's cpu slab in a heap. */

@@ -131,7 +131,8 @@ int main(void)
 	CHECK_EQ(size_class(0), 0);
 	/* the caches' storage: a permutation, the start-up classes (every
 	 * power of two from 16 on) first in size order, from a page start */
-	CHECK_EQ((uintptr_t)kmalloc_store % 4096, 0);
+	CHECK_EQ((uintptr_t)&kmalloc_statics % 4096, 0);
+	CHECK((uintptr_t)&kmalloc_store[10] <= (uintptr_t)&kmalloc_statics + 4096);
 	unsigned startup_seen = 0;
 	for (unsigned c = 0; c < NR_CLASSES; c++) {
 		size_t sz = kmalloc_class_size[c];

@@ -512,7 +512,7 @@ void *cache_alloc_slow(struct uslab_cache *s)
 	stat_add(s, STAT_ALLOC_SLOW, 1);
 	if (c->freelist)
 		goto pop;
-	if (mailbox_peek(&tls_heap->inbox[s->id]))
+	if (mailbox_peek(heap_inbox(tls_heap, s->id)))
 		inbox_drain(tls_heap, s->id, false);   /* onto the local lists taken below */
 	c->foreign_left = s->foreign_max;   /* every foreign object has been reused */
 	cpu_stats_fold(s, c, 0, 0);
@@ -688,7 +688,7 @@ static void msg_send(struct thread_heap *h, struct remote_msg *m)
 
 	stat_add(s, STAT_FREE_REMOTE, (long)m->count);   /* counted as they leave */
 	/* release: the owner's acquiring take sees the message filled */
-	if (!mailbox_post(&m->to->inbox[s->id], &m->node)) {
+	if (!mailbox_post(heap_inbox(m->to, s->id), &m->node)) {
 		msg_free_objects(s, m, NULL, cpu_slab_get(s));
 		msg_put(h, m);
 	}
@@ -696,10 +696,10 @@ static void msg_send(struct thread_heap *h, struct remote_msg *m)
 
 static void outbox_send(struct thread_heap *h, unsigned id)
 {
-	struct remote_msg *m = h->outbox[id];
+	struct remote_msg **box = heap_outbox(h, id), *m = *box;
 
 	if (m) {
-		h->outbox[id] = NULL;
+		*box = NULL;
 		msg_send(h, m);
 	}
 }
@@ -720,7 +720,7 @@ static void msgs_free(struct remote_msg *m, struct thread_heap *owner)
  * put their objects on its slabs' owner-local lists. */
 static void inbox_drain(struct thread_heap *h, unsigned id, bool close)
 {
-	struct mailbox *box = &h->inbox[id];
+	struct mailbox *box = heap_inbox(h, id);
 
 	msgs_free((struct remote_msg *)(close ? mailbox_close(box) : mailbox_take(box)), h);
 }
@@ -742,7 +742,7 @@ static void heap_messages_flush(struct thread_heap *h, bool exiting)
 	for_each_heap_id(h, id)
 		outbox_send(h, id);
 	for_each_heap_id(h, id)
-		if (exiting || mailbox_peek(&h->inbox[id]))
+		if (exiting || mailbox_peek(heap_inbox(h, id)))
 			inbox_drain(h, id, exiting);
 }
 
@@ -750,22 +750,22 @@ static void heap_messages_flush(struct thread_heap *h, bool exiting)
 static void heap_inboxes_open(struct thread_heap *h)
 {
 	for_each_heap_id(h, id)
-		mailbox_open(&h->inbox[id]);
+		mailbox_open(heap_inbox(h, id));
 }
 
 /* Destroy, for each heap (heaps_lock and its lock held, no thread using s):
  * its message for s being filled and those sent to it go home by dwcas. */
 static void heap_messages_drop(struct thread_heap *h, struct uslab_cache *s)
 {
-	struct remote_msg *m = h->outbox[s->id];
+	struct remote_msg **box = heap_outbox(h, s->id), *m = *box;
 
-	h->outbox[s->id] = NULL;
+	*box = NULL;
 	if (m) {
 		m->node.next = NULL;
 		msgs_free(m, NULL);
 	}
 	/* a closed inbox stays closed */
-	msgs_free((struct remote_msg *)mailbox_take(&h->inbox[s->id]), NULL);
+	msgs_free((struct remote_msg *)mailbox_take(heap_inbox(h, s->id)), NULL);
 }
 
 /* Free obj, of a slab heap `to` owns, by message (see above). */
@@ -773,17 +773,18 @@ static noinline void free_by_message(struct uslab_cache *s, struct slab *slab, v
 				     struct thread_heap *to)
 {
 	struct thread_heap *h = cpu_slab_get(s) ? tls_heap : NULL;   /* makes the heap */
-	struct remote_msg *m;
+	struct remote_msg **box, *m;
 
 	if (unlikely(!h)) {
 		free_remote(s, slab, obj);
 		return;
 	}
-	m = h->outbox[s->id];
+	box = heap_outbox(h, s->id);
+	m = *box;
 	if (unlikely(m && m->count && m->obj[m->count - 1] == obj))
 		uslab_fatal("free", obj, "double free");
 	if (m && m->to != to) {
-		h->outbox[s->id] = NULL;
+		*box = NULL;
 		msg_send(h, m);
 		m = NULL;
 	}
@@ -799,11 +800,11 @@ static noinline void free_by_message(struct uslab_cache *s, struct slab *slab, v
 		m->to = to;
 		m->from = h;
 		m->count = 0;
-		h->outbox[s->id] = m;
+		*box = m;
 	}
 	m->obj[m->count++] = obj;
 	if (m->count == MSG_OBJS) {
-		h->outbox[s->id] = NULL;
+		*box = NULL;
 		msg_send(h, m);
 	}
 }
@@ -1058,6 +1059,7 @@ int cache_setup(struct uslab_cache *s, const char *name, size_t size, size_t ali
 		s->chunk = (uint32_t)id / CPU_CHUNK;
 		s->cpu_offset = (uint32_t)(offsetof(struct thread_heap, cpu) +
 					   (size_t)id * sizeof(struct cpu_slab));
+		s->stat_off = heap_stat_off((unsigned)id);
 		s->inline_offset = s->fp_offset ? (uint32_t)(offsetof(struct thread_heap, cpu) +
 				   NEVER_USED_ID * sizeof(struct cpu_slab)) : s->cpu_offset;
 		s->next = caches;
@@ -1128,7 +1130,7 @@ struct live_count {
 /* Before counting: objects other threads sent this one are free, not live. */
 static void own_inbox_drain(struct uslab_cache *s)
 {
-	if (heap_has_chunk(tls_heap, s) && mailbox_peek(&tls_heap->inbox[s->id]))
+	if (heap_has_chunk(tls_heap, s) && mailbox_peek(heap_inbox(tls_heap, s->id)))
 		inbox_drain(tls_heap, s->id, false);
 }
 
@@ -1188,8 +1190,8 @@ USLAB_API int uslab_cache_destroy(struct uslab_cache *s)
 	spin_lock(&heaps_lock);
 	for (struct thread_heap *h = heaps; h; h = h->next)
 		for (int i = 0; i < NR_CACHE_STATS; i++)
-			if (__atomic_load_n(&h->stat[s->id][i], __ATOMIC_RELAXED))
-				__atomic_store_n(&h->stat[s->id][i], 0, __ATOMIC_RELAXED);
+			if (__atomic_load_n(&heap_stat(h, s)[i], __ATOMIC_RELAXED))
+				__atomic_store_n(&heap_stat(h, s)[i], 0, __ATOMIC_RELAXED);
 	spin_unlock(&heaps_lock);
 	cache_ids[s->id / 64] &= ~(1ull << (s->id % 64));
 	qrw_write_unlock(&cache_registry);
@@ -1457,7 +1459,7 @@ void caches_unlock_all(bool child)
 		for (struct thread_heap *h = heaps; h; h = h->next)
 			if (h->live && h != tls_heap)
 				for_each_heap_id(h, id)
-					mailbox_close(&h->inbox[id]);
+					mailbox_close(heap_inbox(h, id));
 	heaps_unlock_each(child);
 	fork_unlock(&heaps_lock, child);
 	if (child)
@@ -1511,7 +1513,7 @@ static void cache_report(struct uslab_cache *s, struct cache_report *r)
 	spin_lock(&heaps_lock);
 	for (struct thread_heap *h = heaps; h; h = h->next)
 		for (int i = 0; i < NR_CACHE_STATS; i++)
-			r->stat[i] += __atomic_load_n(&h->stat[s->id][i], __ATOMIC_RELAXED);
+			r->stat[i] += __atomic_load_n(&heap_stat(h, s)[i], __ATOMIC_RELAXED);
 	spin_unlock(&heaps_lock);
 	segment_for_each_slab(report_slab, &w);
 	struct thread_heap *h = tls_heap;
@@ -1520,8 +1522,10 @@ static void cache_report(struct uslab_cache *s, struct cache_report *r)
 		long left = own_private_objects(s);
 
 		r->live_objects -= left;
-		if (h->outbox[s->id])   /* freed, not counted yet */
-			r->stat[STAT_FREE_REMOTE] += (long)h->outbox[s->id]->count;
+		struct remote_msg *m = *heap_outbox(h, s->id);
+
+		if (m)   /* freed, not counted yet */
+			r->stat[STAT_FREE_REMOTE] += (long)m->count;
 		r->stat[STAT_ALLOC_FAST] += (long)c->supplied + (long)c->fast_frees - left;
 		r->stat[STAT_FREE_FAST] += (long)c->fast_frees;
 	}

@@ -232,22 +232,53 @@ struct thread_heap {
 	spinlock_t lock;
 	struct cpu_slab cpu[MAX_CACHES]      /* ids 0..63: the kmalloc caches */
 		__attribute__((aligned(CACHE_LINE)));
+	/*
+	 * Rows by cache, reached through heap_outbox/heap_inbox/heap_stat: the
+	 * message this thread is filling (owner only); the stack of messages
+	 * other threads sent here (pushed by any thread with a CAS, taken whole
+	 * by the owner; closed from its exit on); statistics, written by the
+	 * owner only (stat_add; heaps live for good, so these are never lost;
+	 * a new cache clears its row). The kmalloc caches' rows come first,
+	 * together, their statistics by storage slot (start-up classes first):
+	 * a short-lived program's heap is then two pages written, its cpu
+	 * slabs' and this one, not five. The other caches' follow, by id.
+	 */
 	struct slab *runs[HEAP_RUNS];        /* freed large runs kept for reuse */
 	struct mailbox msg_returns;          /* its messages, drained: posted back by
 						their receivers, taken whole by the owner */
-	/* by cache id: the message this thread is filling (owner only), and the
-	 * stack of messages other threads sent here (pushed by any thread with
-	 * a CAS, taken whole by the owner; closed from its exit on) */
-	struct remote_msg *outbox[MAX_CACHES];
-	struct mailbox inbox[MAX_CACHES] __attribute__((aligned(CACHE_LINE)));
-	/* statistics by cache id, written by the owner only (stat_add); heaps
-	 * live for good, so these are never lost; a new cache clears its row */
-	long stat[MAX_CACHES][NR_CACHE_STATS] __attribute__((aligned(CACHE_LINE)));
+	struct remote_msg *k_outbox[KMALLOC_IDS];
+	struct mailbox k_inbox[KMALLOC_IDS] __attribute__((aligned(CACHE_LINE)));
+	long k_stat[KMALLOC_IDS][NR_CACHE_STATS] __attribute__((aligned(CACHE_LINE)));
+	struct remote_msg *outbox[MAX_CACHES - KMALLOC_IDS];
+	struct mailbox inbox[MAX_CACHES - KMALLOC_IDS] __attribute__((aligned(CACHE_LINE)));
+	long stat[MAX_CACHES - KMALLOC_IDS][NR_CACHE_STATS] __attribute__((aligned(CACHE_LINE)));
 };
 _Static_assert(NR_CHUNKS <= 64, "chunks_used is one word");
 _Static_assert(offsetof(struct thread_heap, cpu) == CACHE_LINE,
 	       "cpu[64k - 1] (never a live cache's) starts each page of a heap");
 _Static_assert(NEVER_USED_ID % 64 == 63, "the never-used id is one at a page start");
+
+extern const uint8_t kmalloc_slot[];   /* kmalloc.h: a kmalloc class's storage slot */
+
+static inline struct remote_msg **heap_outbox(struct thread_heap *h, unsigned id)
+{
+	return id < KMALLOC_IDS ? &h->k_outbox[id] : &h->outbox[id - KMALLOC_IDS];
+}
+
+static inline struct mailbox *heap_inbox(struct thread_heap *h, unsigned id)
+{
+	return id < KMALLOC_IDS ? &h->k_inbox[id] : &h->inbox[id - KMALLOC_IDS];
+}
+
+/* where cache `id`'s statistics row is in every heap (uslab_cache.stat_off) */
+static inline uint32_t heap_stat_off(unsigned id)
+{
+	size_t row = sizeof(long) * NR_CACHE_STATS;
+
+	return (uint32_t)(id < KMALLOC_IDS ?
+			  offsetof(struct thread_heap, k_stat) + kmalloc_slot[id] * row :
+			  offsetof(struct thread_heap, stat) + (id - KMALLOC_IDS) * row);
+}
 
 struct uslab_cache {
 	/* read by the fast paths; the first by uslab.h's inline ones, which
@@ -260,7 +291,7 @@ struct uslab_cache {
 	uint32_t fp_offset;            /* free pointer offset inside an object slot */
 	uint32_t chunk;                /* id / 64: its bit in heap->chunks_used */
 	uint32_t stride;               /* bytes per object slot */
-	uint32_t pad;
+	uint32_t stat_off;             /* byte offset of its statistics row in a heap */
 	uint64_t stride_magic;         /* ceil(2^64 / stride): on_object_boundary() */
 
 	uint32_t size;                 /* requested object size */
@@ -338,7 +369,7 @@ static inline void slab_local_push(struct slab *slab, void *obj, uint32_t fp_off
 static inline bool outbox_add(struct thread_heap *h, const struct uslab_cache *s,
 			      const struct slab *slab, void *obj)
 {
-	struct remote_msg *m = h->outbox[s->id];
+	struct remote_msg *m = *heap_outbox(h, s->id);
 
 	if (m && m->to == READ_ONCE(slab->owner) && m->count < MSG_OBJS - 1 &&
 	    m->obj[m->count - 1] != obj) {
@@ -530,12 +561,17 @@ extern struct thread_heap empty_heap;   /* tls_heap of a thread without a heap *
  * heap adds to the cache's atomic counters. Readers (cache_report) sum
  * both under heaps_lock.
  */
+static inline long *heap_stat(struct thread_heap *h, const struct uslab_cache *s)
+{
+	return (long *)((char *)h + s->stat_off);
+}
+
 static inline void stat_add(struct uslab_cache *s, enum cache_stat id, long n)
 {
 	struct thread_heap *h = tls_heap;
 
 	if (likely(h != &empty_heap)) {
-		long *ctr = &h->stat[s->id][id];
+		long *ctr = &heap_stat(h, s)[id];
 		__atomic_store_n(ctr, *ctr + n, __ATOMIC_RELAXED);
 	} else {
 		atomic_long_add(n, &s->stat[id]);

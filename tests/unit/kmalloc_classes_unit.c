@@ -147,6 +147,12 @@ int main(void)
 			CHECK(kmalloc_slot[c] >= NR_STARTUP_CLASSES);
 	}
 	CHECK_EQ(startup_seen, NR_STARTUP_CLASSES);
+	/* a heap's rows of the start-up classes (and its runs, messages,
+	 * every kmalloc outbox and inbox) lie in one page of it */
+	size_t first = offsetof(struct thread_heap, runs);
+	size_t last = offsetof(struct thread_heap, k_stat[NR_STARTUP_CLASSES]) - 1;
+	CHECK_EQ(first / 4096, last / 4096);
+	CHECK(offsetof(struct thread_heap, k_inbox) < last);
 	/* the malloc fast path's table: offsets of the class's cpu slab */
 	CHECK_EQ(kmalloc_small_off[0], 0);
 	for (size_t n = 1; n <= 1024; n++)

@@ -1319,17 +1319,17 @@ static void test_remote_frees_by_message(void)
 	CHECK_EQ(w.inuse, PER);
 	/* nothing written into the objects: their pointers wait in this
 	 * thread's outbox, addressed to the owner */
-	struct remote_msg *m = tls_heap->outbox[c->id];
+	struct remote_msg *m = *heap_outbox(tls_heap, c->id);
 	CHECK(m != NULL && m->to == owner && m->cache == c && m->count == 2);
 	CHECK(m && m->obj[0] == objs[3] && m->obj[1] == objs[4]);
 	CHECK(this_cpu_slab(c)->freelist == NULL);
-	CHECK_EQ(mailbox_peek(&owner->inbox[c->id]), 0);
+	CHECK_EQ(mailbox_peek(heap_inbox(owner, c->id)), 0);
 	CHECK_EQ(uslab_cache_validate(c), 0);
 	CHECK_LIVE(c, PER / 2 - 2, 2);                /* a message's objects count as live */
 
 	uslab_thread_flush();                         /* sends what is in the outbox */
-	CHECK(tls_heap->outbox[c->id] == NULL);
-	CHECK(mailbox_peek(&owner->inbox[c->id]) == (uintptr_t)m && m->node.next == NULL);
+	CHECK(*heap_outbox(tls_heap, c->id) == NULL);
+	CHECK(mailbox_peek(heap_inbox(owner, c->id)) == (uintptr_t)m && m->node.next == NULL);
 	w = word_of(objs[0]);
 	CHECK(w.frozen && w.freelist == w0.freelist && w.inuse == PER);
 	CHECK_EQ(uslab_cache_validate(c), 0);
@@ -1338,7 +1338,7 @@ static void test_remote_frees_by_message(void)
 	 * on the slab's owner-local list, and come back last freed first */
 	other_do(job_alloc, c, again, 1);
 	CHECK(again[0] == objs[4]);
-	CHECK_EQ(mailbox_peek(&owner->inbox[c->id]), 0);
+	CHECK_EQ(mailbox_peek(heap_inbox(owner, c->id)), 0);
 	w = word_of(objs[0]);
 	CHECK(w.frozen && w.freelist == w0.freelist && w.inuse == PER);   /* still no dwcas */
 	CHECK_EQ(uslab_cache_validate(c), 0);
@@ -1350,7 +1350,7 @@ static void test_remote_frees_by_message(void)
 	/* the drained message went back to its sender, which fills it next */
 	CHECK_EQ(mailbox_peek(&tls_heap->msg_returns), (uintptr_t)m);
 	uslab_cache_free(c, objs[5]);
-	CHECK(tls_heap->outbox[c->id] == m && m->count == 1 && m->obj[0] == objs[5]);
+	CHECK(*heap_outbox(tls_heap, c->id) == m && m->count == 1 && m->obj[0] == objs[5]);
 	CHECK_EQ(mailbox_peek(&tls_heap->msg_returns), 0);
 	uslab_thread_flush();
 	objs[5] = NULL;
@@ -1380,16 +1380,16 @@ static void test_message_to_exited_thread(void)
 
 	uslab_cache_free(c, objs[3]);
 	uslab_cache_free(c, objs[4]);
-	CHECK(tls_heap->outbox[c->id] != NULL && tls_heap->outbox[c->id]->count == 2);
+	CHECK(*heap_outbox(tls_heap, c->id) != NULL && (*heap_outbox(tls_heap, c->id))->count == 2);
 	puppet_stop(&p2);                             /* exit: slab released, inbox closed */
-	CHECK_EQ(mailbox_peek(&owner->inbox[c->id]), MAILBOX_CLOSED);
+	CHECK_EQ(mailbox_peek(heap_inbox(owner, c->id)), MAILBOX_CLOSED);
 	struct word w = word_of(objs[0]);
 	CHECK(!w.frozen && w.on_partial && w.inuse == PER / 2);
 	CHECK_EQ(uslab_cache_validate(c), 0);
 
 	uslab_thread_flush();                         /* the send finds it closed */
-	CHECK(tls_heap->outbox[c->id] == NULL);
-	CHECK_EQ(mailbox_peek(&owner->inbox[c->id]), MAILBOX_CLOSED);
+	CHECK(*heap_outbox(tls_heap, c->id) == NULL);
+	CHECK_EQ(mailbox_peek(heap_inbox(owner, c->id)), MAILBOX_CLOSED);
 	w = word_of(objs[0]);
 	CHECK_EQ(w.inuse, PER / 2 - 2);
 	CHECK(w.freelist == objs[4] && fp_get(c, objs[4]) == objs[3]);   /* one run, one dwcas */
@@ -1408,9 +1408,9 @@ static void test_message_to_exited_thread(void)
 		uslab_cache_free(c, rest[i]);
 	uslab_cache_free(c, objs[3]);
 	uslab_cache_free(c, objs[4]);                 /* a message in this outbox */
-	CHECK(tls_heap->outbox[c->id] != NULL);
+	CHECK(*heap_outbox(tls_heap, c->id) != NULL);
 	CHECK_EQ(uslab_cache_destroy(c), 0);
-	CHECK(tls_heap->outbox[c->id] == NULL);
+	CHECK(*heap_outbox(tls_heap, c->id) == NULL);
 }
 
 /*

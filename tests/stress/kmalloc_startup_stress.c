@@ -17,7 +17,7 @@
  * the switch.
  */
 #include "test.h"
-#include "kmalloc.h"
+#include "kmalloc_check.h"
 #include "uslab.h"
 
 #include <pthread.h>
@@ -129,8 +129,6 @@ int main(void)
 				check_and_free((struct block){ p, slot_n[i][k] });
 		}
 	uslab_thread_flush();
-	for (unsigned c = 0; c < NR_CLASSES; c++)
-		if (kmalloc_store[c].objects)
-			CHECK_EQ(uslab_cache_validate(&kmalloc_store[c]), 0);
+	CHECK_EQ(kmalloc_validate_all(), 0);
 	return test_done("kmalloc_startup_stress");
 }

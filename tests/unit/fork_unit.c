@@ -4,7 +4,7 @@
  * parent's blocks intact on both sides. Once a thread has existed, fork takes
  * every lock again, and the same child work must pass. */
 #include "test.h"
-#include "kmalloc.h"
+#include "kmalloc_check.h"
 #include "uslab.h"
 
 #include <pthread.h>
@@ -42,16 +42,6 @@ static void check_blocks(void)
 		CHECK(intact(blocks[i], sizes[i], (unsigned)i));
 }
 
-static long validate_all(void)
-{
-	long bad = 0;
-
-	for (unsigned c = 0; c < NR_CLASSES; c++)
-		if (kmalloc_store[c].objects)
-			bad += uslab_cache_validate(&kmalloc_store[c]);
-	return bad;
-}
-
 /* What a child does: use every layer (each takes some lock the fork
  * handlers deal with), then check the inherited blocks and free them. */
 static int child_work(void)
@@ -79,7 +69,7 @@ static int child_work(void)
 		uslab_free(blocks[i]);
 	uslab_thread_flush();
 	uslab_trim();
-	CHECK_EQ(validate_all(), 0);
+	CHECK_EQ(kmalloc_validate_all(), 0);
 	return test_failures ? 1 : 0;
 }
 
@@ -132,6 +122,6 @@ int main(void)
 
 	for (int i = 0; i < NBLOCKS; i++)
 		uslab_free(blocks[i]);
-	CHECK_EQ(validate_all(), 0);
+	CHECK_EQ(kmalloc_validate_all(), 0);
 	return test_done("fork_unit");
 }

@@ -5,7 +5,7 @@
  * allocation); and a small class cycled within its first page never grows.
  * A fresh process: these are the program's first blocks of these classes. */
 #include "test.h"
-#include "kmalloc.h"
+#include "kmalloc_check.h"
 #include "uslab.h"
 
 /* Blocks carry their own address, written at allocation and checked before
@@ -126,8 +126,6 @@ int main(void)
 	check_page_class_cycle();
 	check_small_class_cycle();
 	check_short_refills_grow();
-	for (unsigned c = 0; c < NR_CLASSES; c++)
-		if (kmalloc_store[c].objects)
-			CHECK_EQ(uslab_cache_validate(&kmalloc_store[c]), 0);
+	CHECK_EQ(kmalloc_validate_all(), 0);
 	return test_done("slab_reuse_unit");
 }

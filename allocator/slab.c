@@ -116,10 +116,10 @@ void *slab_build(struct uslab_cache *s, struct slab *slab, void *then, enum buil
 {
 	unsigned first = slab->built, n = s->objects - first;
 	char *start = (char *)slab->base + (size_t)first * s->stride, *obj = start;
-	unsigned page_objs = (unsigned)((os_page_size() + s->stride - 1) / s->stride);
 
 	if (step != BUILD_REST) {
-		unsigned want = step == BUILD_GROW && first ? first : page_objs;
+		unsigned want = step == BUILD_GROW && first ? first :
+			(unsigned)((os_page_size() + s->stride - 1) / s->stride);
 
 		if (want < n)
 			n = want;

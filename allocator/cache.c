@@ -872,16 +872,13 @@ void slab_free_cached(struct uslab_cache *s, struct slab *slab, void *obj)
  */
 noinline void cache_free_slow(struct uslab_cache *s, void *obj)
 {
-	uintptr_t seg = (uintptr_t)obj & ~(SEG_SIZE - 1);
-
 	if (unlikely(!obj))
 		return;
-	if (likely(segment_is_registered(seg))) {
-		struct slab *slab = segment_desc_head(seg, obj);
+	struct slab *slab = ptr_to_slab(obj);
+	if (likely(slab && slab->cache == s)) {
 		uintptr_t off = (uintptr_t)obj - slab->base;
 
-		if (likely(slab->cache == s && off < slab->span &&
-			   on_object_boundary(s->stride_magic, off))) {
+		if (likely(off < slab->span && on_object_boundary(s->stride_magic, off))) {
 			free_local_or_remote(s, slab, obj);
 			return;
 		}

@@ -10,6 +10,9 @@
  *   | struct segment   |   slabs are runs of 1..SLAB_MAX_UNITS units
  *   |  .desc[N] ------------> one struct slab per unit (tails point to head)
  *   +------------------+--------+--------+-----+--------+
+ *   A free unit's descriptor has head NULL, kind FREE and no free-check
+ *   fields, as a zero page reads: a new segment writes only the descriptor
+ *   pages of the units it hands out.
  *
  *   pointer -> slab:  seg  = p & ~(SEG_SIZE - 1)
  *                     slab = seg->desc[(p - seg) >> UNIT_SHIFT].head
@@ -107,14 +110,16 @@ struct thread_heap;
 
 struct slab {
 	/* first cache line: everything malloc's free fast path reads */
-	struct slab *head;             /* head descriptor of this unit's run */
+	/* every unit of a run: its head, and (a kmalloc slab) what malloc's
+	 * free checks a pointer with, copied from the head */
+	struct slab *head;             /* head descriptor of this unit's run, NULL if free */
 	uintptr_t base;                /* first object */
 	uintptr_t owner_tp;            /* thread_self() of the thread whose heap froze it,
 					  0 when none (written by that thread only) */
 	void *local_free;              /* owner-only: its frees into this frozen slab */
 	uint64_t local_count;          /* owner-only: length of local_free */
 	uint64_t kfree_magic;          /* kmalloc slab: see object_index_magic(); else 0 */
-	uint64_t kfree_limit;
+	uint64_t kfree_limit;          /* (base, kfree_magic and kfree_limit: every unit) */
 	struct uslab_cache *cache;
 	/* second line: the coupled word and the lists */
 	dword_t xword;                 /* {freelist, counters}: dwcas only */
@@ -123,13 +128,12 @@ struct slab {
 	uint16_t nunits;
 	uint8_t kind;
 	uint8_t on_partial;            /* on cache->partial; changed under list_lock */
-	uint32_t unit;                 /* index of this unit in its segment */
 	uint32_t span;                 /* objects * stride */
 	uint32_t built;                /* objects linked so far (slab_build); below
 					  objects only while frozen, owner-written */
 	uint32_t reuse_refills;        /* owner-only: refills served by frees alone
 					  since the last build (slab_build_more) */
-	char pad[4];
+	char pad[8];
 };
 _Static_assert(offsetof(struct slab, xword) % 16 == 0, "the coupled word must be 16-aligned");
 _Static_assert(offsetof(struct slab, xword) == 64, "free-path fields share one cache line");
@@ -404,39 +408,38 @@ static inline struct segment *ptr_segment(const void *p)
 	return (struct segment *)((uintptr_t)p & ~(SEG_SIZE - 1));
 }
 
-/* Every unit not in a run points here: kind FREE, no object ever valid. */
-extern struct slab free_unit_desc;
-
-/* The head descriptor of p's run, &free_unit_desc for a free unit, or NULL
- * when p is not in a segment of ours. Never NULL for a unit of ours, so the
- * free fast path needs no test beyond the registry's. */
-static inline struct slab *segment_desc_head(uintptr_t seg, const void *p)
+/* Byte offset of p's unit descriptor in its segment's descriptor array:
+ * the unit index times sizeof(struct slab), in one mask. */
+static inline uintptr_t unit_desc_off(const void *p)
 {
-	/* &desc[unit]: the unit index times sizeof(struct slab), in one mask */
-	uintptr_t off = ((uintptr_t)p >> (UNIT_SHIFT - 7)) & ((SEG_UNITS - 1) << 7);
-	/* hide that seg and off share no bits, or GCC ORs them and misses
-	 * the base + index addressing that makes the add free */
-	__asm__("" : "+r"(off));
-	struct slab *d = (struct slab *)(seg + offsetof(struct segment, desc) + off);
-
-	return READ_ONCE(d->head);
+	return ((uintptr_t)p >> (UNIT_SHIFT - 7)) & ((SEG_UNITS - 1) << 7);
 }
 
-static inline struct slab *ptr_to_desc(const void *p)
+/* The descriptor at that offset. The empty asm hides that seg and off share
+ * no bits (else GCC ORs them and misses base + index addressing), and, as
+ * it runs for every call, keeps GCC from materialising the address once
+ * when a caller reads several fields: each load folds seg + off + field. */
+static inline struct slab *desc_at(uintptr_t seg, uintptr_t off)
+{
+	__asm__("" : "+r"(off));
+	return (struct slab *)(seg + offsetof(struct segment, desc) + off);
+}
+
+/* The head descriptor of p's run; NULL for a free unit (a descriptor that
+ * was never written is one). */
+static inline struct slab *segment_desc_head(uintptr_t seg, const void *p)
+{
+	return READ_ONCE(desc_at(seg, unit_desc_off(p))->head);
+}
+
+/* The slab or large run holding p, or NULL when p is in none of ours. */
+static inline struct slab *ptr_to_slab(const void *p)
 {
 	uintptr_t seg = (uintptr_t)p & ~(SEG_SIZE - 1);
 
 	if (unlikely(!segment_is_registered(seg)))
 		return NULL;
 	return segment_desc_head(seg, p);
-}
-
-/* The slab or large run holding p, or NULL when p is in none of ours. */
-static inline struct slab *ptr_to_slab(const void *p)
-{
-	struct slab *d = ptr_to_desc(p);
-
-	return d == &free_unit_desc ? NULL : d;
 }
 
 /*
@@ -456,9 +459,16 @@ static inline void object_index_magic(uint32_t stride, uint32_t objects, uint64_
 	*limit = (uint64_t)objects * e;
 }
 
+/* Index in its segment of the unit a descriptor stands for. */
+static inline unsigned desc_unit(const struct slab *d)
+{
+	return (unsigned)((((uintptr_t)d & (SEG_SIZE - 1)) - offsetof(struct segment, desc)) /
+			  sizeof(struct slab));
+}
+
 static inline uintptr_t slab_start(const struct slab *slab)
 {
-	return ((uintptr_t)slab & ~(SEG_SIZE - 1)) + ((uintptr_t)slab->unit << UNIT_SHIFT);
+	return ((uintptr_t)slab & ~(SEG_SIZE - 1)) + ((uintptr_t)desc_unit(slab) << UNIT_SHIFT);
 }
 
 /* ---- os.c ---------------------------------------------------------------- */
@@ -480,6 +490,7 @@ void huge_cache_decay(uint64_t now, uint64_t decay);  /* kmalloc.c: segment_deca
 size_t kmalloc_huge_cached_bytes(void);                /* kmalloc.c: freed huge mappings kept */
 uintptr_t huge_cache_take_aligned(size_t len, size_t align);   /* kmalloc.c: segment_map */
 int segment_unit_state(const void *p);                /* tests: 0 used, 1 dirty, 2 clean */
+long segment_check_descs(void);                       /* tests: problems found, printed */
 void segment_free_units(struct slab *head);
 bool segment_resize_units(struct slab *head, unsigned nunits);
 size_t segment_mapped_bytes(void);

@@ -145,10 +145,14 @@ static inline void kfree(void *p, const char *call)
 	uintptr_t seg = (uintptr_t)p & ~(SEG_SIZE - 1);
 
 	if (likely(segment_is_registered(seg))) {
-		struct slab *slab = segment_desc_head(seg, p);
-		uintptr_t off = (uintptr_t)p - slab->base;
+		/* p's own unit's descriptor holds its slab's free-check fields
+		 * (zero for a free unit, a large run, a uslab_cache slab) */
+		uintptr_t d = unit_desc_off(p);
+		uintptr_t off = (uintptr_t)p - desc_at(seg, d)->base;
 
-		if (likely(off * slab->kfree_magic < slab->kfree_limit)) {
+		if (likely(off * desc_at(seg, d)->kfree_magic < desc_at(seg, d)->kfree_limit)) {
+			struct slab *slab = READ_ONCE(desc_at(seg, d)->head);
+
 			if (likely(READ_ONCE(slab->owner_tp) == thread_self())) {
 				if (likely(p != slab->local_free)) {
 					slab_local_push(slab, p, 0);

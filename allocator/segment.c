@@ -4,7 +4,11 @@
  *
  * A segment is SEG_SIZE bytes aligned to SEG_SIZE. Its first SEG_HDR_UNITS
  * units hold struct segment with one descriptor (struct slab) per unit; the
- * other units are handed out as runs that become slabs. seg_lock protects the
+ * other units are handed out as runs that become slabs. A descriptor is
+ * written when its unit joins a run and cleared when it leaves: a free
+ * unit's reads as zero, so a fresh mapping needs no initialisation beyond
+ * the header's first fields and touches a descriptor page only when a run
+ * reaches it. seg_lock protects the
  * segment list and every free_map; descriptors of a run belong to its slab.
  *
  * The registry answers "is this a segment of ours?" with one relaxed load: a
@@ -15,11 +19,11 @@
 #include "options.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
 uint8_t seg_registry[REG_SEGMENTS];
-struct slab free_unit_desc = { .kind = SLAB_KIND_FREE };
 static spinlock_t seg_lock = SPINLOCK_INIT;
 static struct segment *seg_list;
 static unsigned nr_empty_segments;
@@ -67,18 +71,12 @@ static struct segment *segment_map(void)
 		memset(seg, 0, sizeof(*seg));   /* the header; the units keep their pages */
 	else if (!(seg = os_map_aligned(SEG_SIZE, SEG_SIZE)))
 		return NULL;
-	else   /* the loop below writes every page of the descriptor array */
-		os_populate(seg, sizeof(*seg));
 	if ((uintptr_t)seg >> REG_ADDR_BITS) {   /* outside what the registry covers */
 		os_unmap(seg, SEG_SIZE);
 		errno = ENOMEM;
 		return NULL;
 	}
 	seg->magic = SEG_MAGIC;
-	for (unsigned i = 0; i < SEG_UNITS; i++) {
-		seg->desc[i].unit = i;
-		seg->desc[i].head = &free_unit_desc;
-	}
 	memset(seg->free_map, 0xff, sizeof(seg->free_map));
 	seg->free_map[0] &= ~((1ull << SEG_HDR_UNITS) - 1);
 	seg->free_units = SEG_UNITS - SEG_HDR_UNITS;
@@ -255,6 +253,34 @@ done:
 	return best;
 }
 
+/* seg_lock held: units [first, first + n) join head's run as its tails. */
+static void descs_join(struct segment *seg, unsigned first, unsigned n, struct slab *head)
+{
+	for (unsigned i = first; i < first + n; i++) {
+		WRITE_ONCE(seg->desc[i].kind, SLAB_KIND_TAIL);
+		WRITE_ONCE(seg->desc[i].head, head);
+	}
+}
+
+/* seg_lock held: units [first, first + n) leave their run. Their descriptors
+ * go back to what a free unit's reads (head NULL, kind FREE, free-check
+ * fields zero); malloc's free fast path tests the free-check fields before
+ * it reads head, so those are cleared first. */
+static void descs_clear(struct segment *seg, unsigned first, unsigned n)
+{
+	for (unsigned i = first; i < first + n; i++) {
+		struct slab *d = &seg->desc[i];
+
+		WRITE_ONCE(d->kfree_limit, 0);
+		WRITE_ONCE(d->kfree_magic, 0);
+		WRITE_ONCE(d->base, 0);
+		WRITE_ONCE(d->kind, SLAB_KIND_FREE);
+		WRITE_ONCE(d->cache, NULL);
+		WRITE_ONCE(d->head, NULL);
+	}
+}
+
+/* The free units' descriptors are clear (descs_clear, or never written). */
 static struct slab *run_claim(struct segment *seg, unsigned first, unsigned n, uint8_t kind,
 			      bool *zeroed)
 {
@@ -264,14 +290,9 @@ static struct slab *run_claim(struct segment *seg, unsigned first, unsigned n, u
 		uslab_fatal("malloc", seg, "internal error: run from a segment being released");
 	units_take(seg, first, n, zeroed);
 	head->nunits = (uint16_t)n;
-	head->kfree_magic = head->kfree_limit = 0;
 	head->span = 0;
-	WRITE_ONCE(head->cache, NULL);
 	WRITE_ONCE(head->kind, kind);
-	for (unsigned i = first + 1; i < first + n; i++) {
-		seg->desc[i].kind = SLAB_KIND_TAIL;
-		WRITE_ONCE(seg->desc[i].head, head);
-	}
+	descs_join(seg, first + 1, n - 1, head);
 	WRITE_ONCE(head->head, head);
 	return head;
 }
@@ -345,14 +366,10 @@ void segment_give_back(struct segment *seg)
 void segment_free_units(struct slab *head)
 {
 	struct segment *seg = ptr_segment(head);
-	unsigned first = head->unit, n = head->nunits;
+	unsigned first = desc_unit(head), n = head->nunits;
 
 	spin_lock(&seg_lock);
-	for (unsigned i = first; i < first + n; i++) {
-		WRITE_ONCE(seg->desc[i].kind, SLAB_KIND_FREE);
-		WRITE_ONCE(seg->desc[i].cache, NULL);
-		WRITE_ONCE(seg->desc[i].head, &free_unit_desc);
-	}
+	descs_clear(seg, first, n);
 	units_give(seg, first, n, true);
 	biased_dec_return(&seg->users);
 	bool empty = seg->free_units == SEG_UNITS - SEG_HDR_UNITS;
@@ -509,6 +526,74 @@ int segment_unit_state(const void *p)
 	return state;
 }
 
+#define DPROBLEM(seg, i, ...)                                                          \
+	do {                                                                           \
+		fprintf(stderr, "uslab: descriptor of unit %u of segment %p: ", (i),   \
+			(void *)(seg));                                                \
+		fprintf(stderr, __VA_ARGS__);                                          \
+		fputc('\n', stderr);                                                   \
+		bad++;                                                                 \
+	} while (0)
+
+/*
+ * Tests: every descriptor as the rules at the top say. A free unit's reads
+ * as a zero page would (head NULL, kind FREE, no free-check fields); a
+ * run's units all name its head and its later ones are tails; a kmalloc
+ * slab's free-check fields are in every unit, anything else has none.
+ * Exact when no thread is setting up a slab. Prints each problem; returns
+ * how many there were.
+ */
+long segment_check_descs(void)
+{
+	long bad = 0;
+
+	spin_lock(&seg_lock);
+	for (struct segment *seg = seg_list; seg; seg = seg->next) {
+		for (unsigned i = 0; i < SEG_HDR_UNITS; i++)
+			if (seg->desc[i].head || seg->desc[i].kind || seg->desc[i].kfree_limit)
+				DPROBLEM(seg, i, "a header unit's descriptor is written");
+		for (unsigned i = SEG_HDR_UNITS; i < SEG_UNITS;) {
+			const struct slab *d = &seg->desc[i];
+
+			if (bit(seg->free_map, i)) {
+				if (d->head || d->kind != SLAB_KIND_FREE || d->base ||
+				    d->kfree_magic || d->kfree_limit || d->cache)
+					DPROBLEM(seg, i, "free unit, descriptor not clear");
+				i++;
+				continue;
+			}
+			/* a head of kind TAIL: a freed large run a thread heap keeps */
+			if (d->head != d || d->kind == SLAB_KIND_FREE) {
+				DPROBLEM(seg, i, "a unit in use that heads no run");
+				i++;
+				continue;
+			}
+			const struct uslab_cache *s = d->kind == SLAB_KIND_SLAB ? d->cache : NULL;
+			bool kmalloc_slab = s && s->id < KMALLOC_IDS;
+
+			if (!kmalloc_slab && (d->kfree_magic || d->kfree_limit))
+				DPROBLEM(seg, i, "free-check fields on a run malloc's free must not take");
+			if (kmalloc_slab && !d->kfree_limit)
+				DPROBLEM(seg, i, "kmalloc slab without free-check fields");
+			for (unsigned k = 1; k < d->nunits; k++) {
+				const struct slab *t = &d[k];
+
+				if (i + k >= SEG_UNITS || bit(seg->free_map, i + k))
+					DPROBLEM(seg, i + k, "a run's later unit is free");
+				else if (t->head != d || t->kind != SLAB_KIND_TAIL)
+					DPROBLEM(seg, i + k, "a run's later unit is not its tail");
+				else if (t->base != (kmalloc_slab ? d->base : 0) ||
+					 t->kfree_magic != d->kfree_magic ||
+					 t->kfree_limit != d->kfree_limit)
+					DPROBLEM(seg, i + k, "free-check fields differ from the head's");
+			}
+			i += d->nunits ? d->nunits : 1;
+		}
+	}
+	spin_unlock(&seg_lock);
+	return bad;
+}
+
 void segment_purge_all(void)
 {
 	purge(0, 0, 0);
@@ -641,16 +726,13 @@ void meta_free(void *p, size_t size)
 bool segment_resize_units(struct slab *head, unsigned n)
 {
 	struct segment *seg = ptr_segment(head);
-	unsigned first = head->unit, have = head->nunits;
+	unsigned first = desc_unit(head), have = head->nunits;
 
 	if (n == have)
 		return true;
 	if (n < have) {
 		spin_lock(&seg_lock);
-		for (unsigned i = first + n; i < first + have; i++) {
-			seg->desc[i].kind = SLAB_KIND_FREE;
-			WRITE_ONCE(seg->desc[i].head, &free_unit_desc);
-		}
+		descs_clear(seg, first + n, have - n);
 		units_give(seg, first + n, have - n, true);
 		head->nunits = (uint16_t)n;
 		spin_unlock(&seg_lock);
@@ -667,10 +749,7 @@ bool segment_resize_units(struct slab *head, unsigned n)
 		}
 	}
 	units_take(seg, first + have, n - have, NULL);
-	for (unsigned i = first + have; i < first + n; i++) {
-		seg->desc[i].kind = SLAB_KIND_TAIL;
-		WRITE_ONCE(seg->desc[i].head, head);
-	}
+	descs_join(seg, first + have, n - have, head);
 	head->nunits = (uint16_t)n;
 	spin_unlock(&seg_lock);
 	return true;

@@ -84,11 +84,16 @@ struct slab *slab_new(struct uslab_cache *s)
 	slab->reuse_refills = 0;
 	slab_clear_owner(slab);
 	slab->span = s->objects * s->stride;
-	/* malloc's free fast path accepts only kmalloc objects */
-	if (s->id < KMALLOC_IDS)
+	/* malloc's free fast path accepts only kmalloc objects; it reads these
+	 * from the descriptor of the pointer's own unit (the tails' were clear) */
+	if (s->id < KMALLOC_IDS) {
 		object_index_magic(s->stride, s->objects, &slab->kfree_magic, &slab->kfree_limit);
-	else
-		slab->kfree_magic = slab->kfree_limit = 0;
+		for (unsigned i = 1; i < s->units; i++) {
+			slab[i].base = slab->base;
+			slab[i].kfree_magic = slab->kfree_magic;
+			slab[i].kfree_limit = slab->kfree_limit;
+		}
+	}
 	/* Not yet visible to any other thread: plain word stores suffice. */
 	WRITE_ONCE(slab->xword.lo, 0);
 	WRITE_ONCE(slab->xword.hi, ctr_make(s->objects, s->objects, true));

@@ -116,6 +116,17 @@ static void case_free_interior_small(void)
 	vfree(announce(p + 8));
 }
 
+static void case_free_interior_small_later_unit(void)
+{
+	/* 2 KiB blocks: slabs of two 16 KiB units, so the 12th block of a fresh
+	 * slab is in its later unit, whose descriptor malloc's free reads */
+	char *p[12];
+
+	for (unsigned i = 0; i < 12; i++)
+		p[i] = checked_malloc(2100);
+	vfree(announce(p[11] + 16));
+}
+
 static void case_free_interior_large(void)
 {
 	char *p = checked_malloc(100 * KiB);
@@ -294,6 +305,7 @@ static const struct bad_case cases[] = {
 	{ "free(wild address)",           case_free_wild,                "free",   "invalid pointer" },
 	{ "free(past a large run)",       case_free_past_large,          "free",   "invalid pointer" },
 	{ "free(small + 8)",              case_free_interior_small,      "free",   "invalid pointer" },
+	{ "free(small + 16, later unit)", case_free_interior_small_later_unit, "free", "invalid pointer" },
 	{ "free(large + 16)",             case_free_interior_large,      "free",   "invalid pointer" },
 	{ "free(large + 40 KiB)",         case_free_interior_large_tail, "free",   "invalid pointer" },
 	{ "free(huge + 4096)",            case_free_interior_huge,       "free",   "invalid pointer" },

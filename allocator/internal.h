@@ -22,6 +22,7 @@
  *   kmalloc_init_lock > huge_lock (leaf in normal use) > cache_registry (qrwlock)
  *       > heaps_lock > heap->lock > cache->list_lock > seg_lock > meta_lock
  *       > dwcas stripe locks (leaf, inside dwcas only)
+ *   arena_lock (arena.c): a leaf, taken last at fork
  */
 #ifndef USLAB_INTERNAL_H
 #define USLAB_INTERNAL_H

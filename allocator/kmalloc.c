@@ -615,13 +615,34 @@ void *malloc_large_or_huge(size_t n, size_t align, bool *zeroed)
 		errno = ENOMEM;
 		return NULL;
 	}
-	if (n <= LARGE_MAX && align <= UNIT_SIZE)
+	if (n <= LARGE_MAX && align <= UNIT_SIZE) {
+		void *p;
+		/* a plain malloc (no alignment) may come from the start-up arena */
+		if (unlikely(READ_ONCE(kmalloc_arena_on)) && !align && (p = arena_alloc_large(n))) {
+			if (zeroed)
+				*zeroed = false;
+			return p;
+		}
 		return large_alloc(n, zeroed);
+	}
 	bool z = false;
 	void *p = huge_alloc(n, align, &z);
 	if (zeroed)
 		*zeroed = z;
 	return p;
+}
+
+/* malloc's slow path for class cls: the start-up arena while it lasts
+ * (arena.c), then the class's cache. */
+noinline void *kmalloc_slow(unsigned cls)
+{
+	if (unlikely(READ_ONCE(kmalloc_arena_on))) {
+		void *p = arena_alloc(cls);
+
+		if (p)
+			return p;
+	}
+	return cache_alloc_slow(kmalloc_cache(cls));
 }
 
 noinline cold void free_invalid(const void *p, const char *call)
@@ -662,7 +683,10 @@ noinline void kfree_slow(void *p, const char *call)
 		return;
 	struct slab *slab = ptr_to_slab(p);
 	if (!slab || slab->kind != SLAB_KIND_SLAB) {
-		free_nonsmall(p, slab, call);
+		if (!slab && arena_owns(p))
+			arena_free(p, call);
+		else
+			free_nonsmall(p, slab, call);
 		return;
 	}
 	struct uslab_cache *s = READ_ONCE(slab->cache);
@@ -684,6 +708,8 @@ size_t kmalloc_usable_size(const void *p, const char *call)
 	if (!p)
 		return 0;
 	struct slab *slab = ptr_to_slab(p);
+	if (!slab && arena_owns(p))
+		return arena_usable_size(p, call);
 	if (slab) {
 		uintptr_t off = (uintptr_t)p - slab->base;
 		if (slab->kind == SLAB_KIND_SLAB && off < slab->span &&
@@ -711,6 +737,10 @@ void *kmalloc_resize(void *p, size_t n)
 
 	if (slab && slab->kind == SLAB_KIND_SLAB) {
 		size_t have = slab->cache->stride;
+		return (n <= have && (n > have / 2 || have <= 16)) ? p : NULL;
+	}
+	if (!slab && arena_owns(p)) {   /* realloc checked it (usable size) */
+		size_t have = arena_usable_size(p, "realloc");
 		return (n <= have && (n > have / 2 || have <= 16)) ? p : NULL;
 	}
 	if (slab) {   /* large */

@@ -93,7 +93,21 @@ static inline unsigned size_class(size_t n)
 	return size_class_above_1k(n);
 }
 
+void *kmalloc_slow(unsigned cls);
 void *malloc_large_or_huge(size_t n, size_t align, bool *zeroed);
+
+/* arena.c: the start-up arena (small blocks of a program's start, packed) */
+extern bool kmalloc_arena_on;
+void *arena_alloc(unsigned cls);              /* NULL once it has ended */
+void *arena_alloc_large(size_t n);            /* up to 64 KiB; NULL likewise */
+bool arena_owns(const void *p);
+void arena_free(void *p, const char *call);
+size_t arena_usable_size(const void *p, const char *call);
+size_t arena_live_bytes(void);
+size_t arena_cut_bytes(void);
+void kmalloc_arena_end(void);
+void arena_fork_prepare(void);
+void arena_fork_release(bool child);
 void *kmalloc_aligned(size_t align, size_t n);
 void *kmalloc_resize(void *p, size_t n);
 size_t kmalloc_usable_size(const void *p, const char *call);
@@ -128,7 +142,7 @@ static inline void *kmalloc(size_t n)
 		c->freelist = *(void **)obj;
 		return obj;
 	}
-	return cache_alloc_slow(kmalloc_cache((unsigned)(off >> CPU_SLAB_SHIFT)));
+	return kmalloc_slow((unsigned)(off >> CPU_SLAB_SHIFT));
 }
 
 /*

@@ -5,7 +5,7 @@
  *
  * prepare takes every allocator lock in the documented order (kmalloc
  * init, huge table, cache registry, heaps, each heap, each cache's list_lock,
- * segments, metadata, dwcas stripes), so no lock is held at fork() by a thread that will not
+ * segments, metadata, dwcas stripes, the start-up arena), so no lock is held at fork() by a thread that will not
  * exist in the child. The parent unlocks them; the child re-initialises them
  * (a ticket lock may have had waiters queued, threads the child does not
  * have) and can allocate at once.
@@ -57,12 +57,14 @@ static void fork_prepare(void)
 	caches_lock_all();
 	segment_lock_all();
 	dwcas_lock_all();
+	arena_fork_prepare();     /* a leaf: nothing is taken while it is held */
 }
 
 static void fork_release(bool child)
 {
 	if (!fork_locked)
 		return;
+	arena_fork_release(child);
 	dwcas_unlock_all(child);
 	segment_unlock_all(child);
 	caches_unlock_all(child);

@@ -91,7 +91,11 @@ static void write_table(struct out *o)
 	out_printf(o, "uslab statistics (dwcas: %s)\n", dwcas_path_name());
 	out_printf(o, "  mapped %zu bytes in segments, %zu committed, %zu in use; "
 		      "%zu huge blocks, %zu bytes\n",
-		   mi.arena, segment_committed_bytes(), mi.uordblks, mi.hblks, mi.hblkhd);
+		   segment_mapped_bytes(), segment_committed_bytes(), mi.uordblks, mi.hblks,
+		   mi.hblkhd);
+	out_printf(o, "  start-up arena: %zu bytes cut, %zu in live blocks (%s)\n",
+		   arena_cut_bytes(), arena_live_bytes(),
+		   READ_ONCE(kmalloc_arena_on) ? "serving" : "ended");
 	out_printf(o, "%-18s %7s %5s %6s %5s %9s %11s %9s %11s %11s %9s %7s %7s %6s\n", "cache",
 		   "objsize", "/slab", "slabs", "part", "live", "alloc_fast", "alloc_slow",
 		   "free_own", "free_remote", "cpu_part", "new", "freed", "retry");
@@ -159,9 +163,10 @@ static void write_json(struct out *o)
 		   USLAB_VERSION_MAJOR, USLAB_VERSION_MINOR, dwcas_path_name());
 	out_printf(o, "  \"mapped_bytes\": %zu,\n  \"committed_bytes\": %zu,\n"
 		      "  \"in_use_bytes\": %zu,\n  \"huge_blocks\": %zu,\n  \"huge_bytes\": %zu,\n"
-		      "  \"huge_cached_bytes\": %zu,\n",
+		      "  \"huge_cached_bytes\": %zu,\n"
+		      "  \"startup_arena_cut_bytes\": %zu,\n  \"startup_arena_live_bytes\": %zu,\n",
 		   mi.arena, segment_committed_bytes(), mi.uordblks, mi.hblks, mi.hblkhd,
-		   kmalloc_huge_cached_bytes());
+		   kmalloc_huge_cached_bytes(), arena_cut_bytes(), arena_live_bytes());
 	out_printf(o, "  \"caches\": [");
 	caches_for_each_report(json_cache, &w);
 	out_printf(o, "\n  ]\n}\n");

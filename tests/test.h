@@ -104,4 +104,15 @@ static inline int test_require_uslab(void)
 	}
 	return 1;
 }
+
+/* Preloaded tests: end uslab's start-up arena (a program's first small
+ * blocks, packed outside any slab; allocator/arena.c), so that what follows
+ * is served by slabs, heaps and segments. It ends after 4,096 blocks. */
+static inline void test_end_startup_arena(void)
+{
+	for (int i = 0; i < 5000; i++) {
+		void *volatile p = malloc(64);
+		free(p);
+	}
+}
 #endif

@@ -17,6 +17,7 @@
 #include "test.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
@@ -354,8 +355,10 @@ static int count_lines_with(const char *text, const char *needle)
 	return n;
 }
 
-/* Run one case; returns 1 if it behaved as wanted. */
-static int run_case(const struct bad_case *c)
+/* Run one case; returns 1 if it behaved as wanted. With slabs, the child
+ * first ends the start-up arena, so the misuse meets slabs and segments;
+ * else its blocks come from the arena (a fresh program's first blocks). */
+static int run_case(const struct bad_case *c, bool slabs)
 {
 	int errpipe[2], reppipe[2];
 
@@ -374,6 +377,8 @@ static int run_case(const struct bad_case *c)
 		dup2(errpipe[1], 2);
 		close(errpipe[1]);
 		report_fd = reppipe[1];
+		if (slabs)
+			test_end_startup_arena();
 		c->fn();
 		_exit(0);   /* the misuse went unnoticed */
 	}
@@ -400,7 +405,8 @@ static int run_case(const struct bad_case *c)
 		err[--el] = 0;
 
 	if (!on_uslab) {
-		printf("  %-32s %s; stderr: \"%s\" (glibc: informational)\n", c->name, outcome, err);
+		printf("  %-32s %s; stderr: \"%s\" (glibc: informational)\n", c->name, outcome,
+		       err);
 		return 1;
 	}
 
@@ -426,10 +432,11 @@ static int run_case(const struct bad_case *c)
 	}
 	err[el] = 0;
 	if (ok) {
-		printf("  %-32s ok: %s\n", c->name, err);
+		printf("  %-6s %-32s ok: %s\n", slabs ? "slabs" : "arena", c->name, err);
 	} else {
-		fprintf(stderr, "  %-32s FAILED (%s): %s; want \"%.*s\"; stderr: \"%s\"\n", c->name,
-			why, outcome, (int)strlen(want) - 1, want, err);
+		fprintf(stderr, "  %-6s %-32s FAILED (%s): %s; want \"%.*s\"; stderr: \"%s\"\n",
+			slabs ? "slabs" : "arena", c->name, why, outcome, (int)strlen(want) - 1,
+			want, err);
 		test_failures++;
 	}
 	return ok;
@@ -441,7 +448,8 @@ int main(int argc, char **argv)
 	for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		if (argc > 1 && !strstr(cases[i].name, argv[1]))
 			continue;
-		run_case(&cases[i]);
+		run_case(&cases[i], false);
+		run_case(&cases[i], true);
 		fflush(stdout);
 	}
 	return test_done("malloc_badinput");

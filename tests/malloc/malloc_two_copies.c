@@ -159,6 +159,9 @@ int main(void)
 	REQUIRE(so_malloc != NULL);
 	CHECK(so_malloc != uslab_malloc);
 
+	/* past the preloaded copy's start-up arena: each thread's first malloc
+	 * below then makes that copy's heap for the thread */
+	test_end_startup_arena();
 	cache = uslab_cache_create("two_copies", 48, 0, 0, NULL);
 	REQUIRE(cache);
 	for (int i = 0; i < THREADS; i++)

@@ -1,0 +1,194 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * arena.c - the start-up arena: a short-lived program's first small blocks,
+ * packed densely in one static region instead of spread over a slab per class.
+ *
+ * Why. A program that runs for a few milliseconds (md5sum, sort on a small
+ * file, each command of a shell pipeline) allocates a few hundred blocks of
+ * a dozen sizes. In slabs, every size costs the first page of its own slab,
+ * and the first block of all costs a thread heap, a segment (three system
+ * calls), its header page and a page of the segment registry: some 15 first
+ * touches of pages more than glibc's dense heap, and a first touch costs
+ * 13-15 us on a VM. Until the arena is used up, malloc's slow path serves
+ * small requests here instead: blocks of the class size cut one after another
+ * from ARENA_SIZE bytes of .bss (zero pages; only what is cut is ever
+ * touched), and a freed block goes on a free list of its class, from which
+ * the next request of that class takes it. The arena ends, for good, at the
+ * first request it cannot serve or after ARENA_ALLOCS_MAX blocks (a program
+ * cycling a few blocks would otherwise stay on the slow path); from then on
+ * requests go to the classes, and blocks still in the arena are freed into
+ * it as before (and never reused: at most ARENA_SIZE bytes).
+ *
+ * Blocks start on 16-byte granules; arena_map holds a byte per granule: 0,
+ * or for a block's first granule its class + 1, with ARENA_LIVE while the
+ * block is allocated. So free() tells a block start from an interior
+ * pointer and a live block from a freed one exactly, as it does for slabs.
+ * Everything is under arena_lock (a leaf lock): the arena is only on slow
+ * paths. The fast paths never see it: before the arena ends no thread has a
+ * heap (a thread's first slab-served request makes its heap), and the free
+ * fast path's registry test fails for .bss addresses.
+ */
+#include "kmalloc.h"
+#include "options.h"
+
+#include <string.h>
+
+#define ARENA_SIZE       (256u << 10)
+#define ARENA_GRAN       16u
+#define ARENA_ALLOCS_MAX 4096
+#define ARENA_LIVE       0x80u
+/* block codes: a small class cls is cls + 1; a large block of k 4 KiB
+ * pages (k <= ARENA_LARGE_PAGES) is ARENA_LARGE_CODE + k */
+#define ARENA_LARGE_CODE  64u
+#define ARENA_LARGE_PAGES 16u
+#define ARENA_PAGE        4096u
+
+static char arena[ARENA_SIZE] __attribute__((aligned(4096)));
+static uint8_t arena_map[ARENA_SIZE / ARENA_GRAN];
+static void *arena_free_list[ARENA_LIVE];   /* by block code */
+static uint32_t arena_cut;          /* bytes cut so far: blocks are below */
+static uint32_t arena_allocs;       /* blocks handed out, reuse included */
+static size_t arena_live;           /* bytes in live blocks */
+static spinlock_t arena_lock = SPINLOCK_INIT;
+bool kmalloc_arena_on = true;       /* read without the lock: it only goes off */
+
+_Static_assert(NR_CLASSES < ARENA_LARGE_CODE, "small codes below the large ones");
+_Static_assert(ARENA_LARGE_CODE + ARENA_LARGE_PAGES < ARENA_LIVE, "codes fit beside the live bit");
+_Static_assert(ARENA_LARGE_PAGES * ARENA_PAGE > SMALL_MAX, "large codes start above the classes");
+
+static uint32_t code_size(unsigned code)
+{
+	return code > ARENA_LARGE_CODE ? (code - ARENA_LARGE_CODE) * ARENA_PAGE
+				       : kmalloc_class_size[code - 1];
+}
+
+bool arena_owns(const void *p)
+{
+	return (uintptr_t)p - (uintptr_t)arena < ARENA_SIZE;
+}
+
+/* arena_lock held */
+static void arena_end_locked(void)
+{
+	WRITE_ONCE(kmalloc_arena_on, false);
+}
+
+void kmalloc_arena_end(void)
+{
+	spin_lock(&arena_lock);
+	arena_end_locked();
+	spin_unlock(&arena_lock);
+}
+
+/* A block of the given code, or NULL once the arena has ended. */
+static void *arena_take(unsigned code)
+{
+	uint32_t size = code_size(code);
+	void *p = NULL;
+
+	options_init();
+	spin_lock(&arena_lock);
+	if (!kmalloc_arena_on)
+		goto out;
+	if (!option(OPT_STARTUP_ARENA)) {
+		arena_end_locked();
+		goto out;
+	}
+	p = arena_free_list[code];
+	if (p) {
+		arena_free_list[code] = *(void **)p;
+	} else {
+		uint32_t take = (size + ARENA_GRAN - 1) & ~(ARENA_GRAN - 1);
+
+		if (take > ARENA_SIZE - arena_cut) {
+			arena_end_locked();
+			goto out;
+		}
+		p = arena + arena_cut;
+		arena_cut += take;
+	}
+	arena_map[((char *)p - arena) / ARENA_GRAN] = (uint8_t)(code | ARENA_LIVE);
+	arena_live += size;
+	if (++arena_allocs >= ARENA_ALLOCS_MAX)
+		arena_end_locked();
+out:
+	spin_unlock(&arena_lock);
+	return p;
+}
+
+/* A block of small class cls, or NULL once the arena has ended (the caller
+ * then uses the class). */
+void *arena_alloc(unsigned cls)
+{
+	return arena_take(cls + 1);
+}
+
+/* malloc(n) above the small classes, up to 64 KiB, in whole 4 KiB pages (a
+ * program's first I/O buffer); NULL if larger, or once the arena ended. */
+void *arena_alloc_large(size_t n)
+{
+	if (n > ARENA_LARGE_PAGES * ARENA_PAGE)
+		return NULL;
+	return arena_take(ARENA_LARGE_CODE + (unsigned)((n + ARENA_PAGE - 1) / ARENA_PAGE));
+}
+
+/* arena_lock held: p's block code, after checking that p is a block's start
+ * and that the block is allocated; aborts with call's message otherwise. */
+static unsigned arena_block(const void *p, const char *call)
+{
+	uintptr_t off = (uintptr_t)p - (uintptr_t)arena;
+	uint8_t m = off % ARENA_GRAN || off >= arena_cut ? 0 : arena_map[off / ARENA_GRAN];
+
+	if (!m) {
+		spin_unlock(&arena_lock);
+		free_invalid(p, call);
+	}
+	if (!(m & ARENA_LIVE)) {
+		spin_unlock(&arena_lock);
+		uslab_fatal(call, p, "double free");
+	}
+	return m & ~ARENA_LIVE;
+}
+
+void arena_free(void *p, const char *call)
+{
+	spin_lock(&arena_lock);
+	unsigned code = arena_block(p, call);
+	arena_map[((char *)p - arena) / ARENA_GRAN] = (uint8_t)code;
+	arena_live -= code_size(code);
+	*(void **)p = arena_free_list[code];
+	arena_free_list[code] = p;
+	spin_unlock(&arena_lock);
+}
+
+size_t arena_usable_size(const void *p, const char *call)
+{
+	spin_lock(&arena_lock);
+	unsigned code = arena_block(p, call);
+	spin_unlock(&arena_lock);
+	return code_size(code);
+}
+
+/* Bytes in live blocks, and bytes the arena has touched (cut). */
+size_t arena_live_bytes(void)
+{
+	return READ_ONCE(arena_live);
+}
+
+size_t arena_cut_bytes(void)
+{
+	return READ_ONCE(arena_cut);
+}
+
+void arena_fork_prepare(void)
+{
+	spin_lock(&arena_lock);
+}
+
+void arena_fork_release(bool child)
+{
+	if (child)
+		spin_unlock_after_fork_child(&arena_lock);
+	else
+		spin_unlock(&arena_lock);
+}

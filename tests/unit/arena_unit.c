@@ -1,0 +1,236 @@
+/* arena_unit - the start-up arena (allocator/arena.c): a fresh process's first
+ * blocks are cut densely from one static region, one after another; freed
+ * ones are reused by their class; sizes, alignment, content, realloc and
+ * calloc behave as for slabs; misuse is caught exactly; the arena ends after
+ * ARENA_ALLOCS_MAX blocks or when it is used up, and slabs serve from then on
+ * while its blocks can still be freed. Runs with the arena on (the CMake
+ * rule gives every other test USLAB_STARTUP_ARENA=0). */
+#include "test.h"
+#include "kmalloc_check.h"
+#include "uslab.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static void fill(void *p, size_t n, unsigned tag)
+{
+	memset(p, (int)(tag & 0xff), n);
+}
+
+static bool intact(const void *p, size_t n, unsigned tag)
+{
+	const unsigned char *b = p;
+
+	for (size_t i = 0; i < n; i++)
+		if (b[i] != (tag & 0xff))
+			return false;
+	return true;
+}
+
+/* The first blocks: from the arena, densely, in order; every class. */
+static void check_first_blocks(void)
+{
+	enum { N = 200 };
+	static char *blk[N];
+	static size_t len[N];
+
+	CHECK(kmalloc_arena_on);
+	for (unsigned i = 0; i < N; i++) {
+		len[i] = 1 + (i * 37) % 1000;   /* ~100 KiB in all: the arena holds it */
+		blk[i] = uslab_malloc(len[i]);
+		REQUIRE(blk[i] != NULL);
+		CHECK(arena_owns(blk[i]));
+		CHECK((uintptr_t)blk[i] % 16 == 0);
+		size_t us = uslab_malloc_usable_size(blk[i]);
+		CHECK(us >= len[i]);
+		CHECK_EQ(us, kmalloc_class_size[size_class(len[i])]);
+		fill(blk[i], us, i);
+		if (i)   /* cut one after another: no gaps beyond the 16-byte rounding */
+			CHECK(blk[i] - blk[i - 1] ==
+			      (long)((uslab_malloc_usable_size(blk[i - 1]) + 15) & ~15ul));
+	}
+	for (unsigned i = 0; i < N; i++)
+		CHECK(intact(blk[i], uslab_malloc_usable_size(blk[i]), i));
+	/* freed blocks come back to requests of their class, newest first */
+	size_t cut = arena_cut_bytes();
+	for (unsigned i = 0; i < N; i += 2)
+		uslab_free(blk[i]);
+	for (unsigned i = N; i >= 2; i -= 2) {
+		char *p = uslab_malloc(len[i - 2]);
+		CHECK(arena_owns(p));
+		CHECK_EQ(uslab_malloc_usable_size(p), uslab_malloc_usable_size(blk[i - 2]));
+		blk[i - 2] = p;
+		fill(p, uslab_malloc_usable_size(p), i - 2);
+	}
+	CHECK_EQ(arena_cut_bytes(), cut);   /* all reused, nothing cut */
+	for (unsigned i = 0; i < N; i++) {
+		CHECK(intact(blk[i], uslab_malloc_usable_size(blk[i]), i));
+		uslab_free(blk[i]);
+	}
+	CHECK_EQ(arena_live_bytes(), 0);
+}
+
+/* realloc, calloc, the aligned calls and blocks above the small classes. */
+static void check_api(void)
+{
+	char *p = uslab_malloc(100);
+	REQUIRE(arena_owns(p));
+	fill(p, 100, 7);
+	CHECK(uslab_realloc(p, 90) == p);            /* same class: in place */
+	char *q = uslab_realloc(p, 5000);            /* grows: moved, content kept */
+	REQUIRE(q && q != p);
+	CHECK(intact(q, 100, 7));
+	CHECK(arena_owns(q));
+	uslab_free(q);
+
+	/* calloc of a reused block is zeroed too */
+	char *z = uslab_malloc(256);
+	fill(z, 256, 0xab);
+	uslab_free(z);
+	char *c = uslab_calloc(16, 16);
+	CHECK(c == z);
+	CHECK(intact(c, 256, 0));
+	uslab_free(c);
+
+	/* above the classes, up to 64 KiB: whole 4 KiB pages in the arena */
+	char *big = uslab_malloc(40000);
+	REQUIRE(big);
+	CHECK(arena_owns(big));
+	CHECK_EQ(uslab_malloc_usable_size(big), 40960);
+	fill(big, 40960, 3);
+	CHECK(uslab_realloc(big, 30000) == big);     /* more than half: in place */
+	CHECK(intact(big, 40960, 3));
+	uslab_free(big);
+	char *huge = uslab_malloc(70000);            /* above 64 KiB: a large run */
+	REQUIRE(huge);
+	CHECK(!arena_owns(huge));
+	uslab_free(huge);
+
+	/* alignment above 16: never the arena (its granule is 16) */
+	void *a = uslab_memalign(64, 64);
+	REQUIRE(a);
+	CHECK(!arena_owns(a) && (uintptr_t)a % 64 == 0);
+	uslab_free(a);
+	void *b = uslab_aligned_alloc(4096, 40000);
+	REQUIRE(b);
+	CHECK(!arena_owns(b) && (uintptr_t)b % 4096 == 0);
+	uslab_free(b);
+	CHECK(kmalloc_arena_on);
+}
+
+/* A misuse in a child: ends with SIGABRT and stderr naming it. */
+static void expect_abort(void (*fn)(void *), void *arg, const char *what)
+{
+	int pipefd[2];
+	REQUIRE(pipe(pipefd) == 0);
+	pid_t pid = fork();
+	REQUIRE(pid >= 0);
+	if (pid == 0) {
+		dup2(pipefd[1], 2);
+		fn(arg);
+		_exit(0);
+	}
+	close(pipefd[1]);
+	char buf[512] = "";
+	ssize_t n = read(pipefd[0], buf, sizeof(buf) - 1);
+	buf[n > 0 ? n : 0] = 0;
+	close(pipefd[0]);
+	int status;
+	REQUIRE(waitpid(pid, &status, 0) == pid);
+	CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
+	if (!strstr(buf, what)) {
+		fprintf(stderr, "want \"%s\", got \"%s\"\n", what, buf);
+		test_failures++;
+	}
+}
+
+static void free_it(void *p) { uslab_free(p); }
+static void usable_it(void *p) { (void)uslab_malloc_usable_size(p); }
+static void double_free_it(void *p) { uslab_free(p); uslab_free(p); }
+
+static void check_misuse(void)
+{
+	/* 80: a class no slab serves yet (malloc(64) now has a cpu slab from
+	 * the memalign above, and its fast path takes it from there) */
+	char *p = uslab_malloc(80);
+	REQUIRE(arena_owns(p));
+	expect_abort(free_it, p + 16, "free(): invalid pointer");       /* interior */
+	expect_abort(free_it, p + 3, "free(): invalid pointer");        /* misaligned */
+	expect_abort(double_free_it, p, "free(): double free");
+	expect_abort(usable_it, p + 32, "malloc_usable_size(): invalid pointer");
+	/* past what was cut: never a block */
+	expect_abort(free_it, p + (256 << 10) - 4096 - ((uintptr_t)p % 4096), "invalid pointer");
+	uslab_free(p);
+	CHECK_EQ(kmalloc_validate_all(), 0);
+}
+
+/* In a child: 64 KiB blocks until the arena is used up; the request that
+ * does not fit ends it and comes from a large run; slabs from then on. */
+static void check_end_when_full(void)
+{
+	pid_t pid = fork();
+	REQUIRE(pid >= 0);
+	if (pid == 0) {
+		void *b[16];
+		unsigned n = 0, in = 0;
+		while (n < 16) {
+			b[n] = uslab_malloc(65536);
+			if (!b[n])
+				_exit(2);
+			if (!arena_owns(b[n++]))
+				break;
+			in++;
+		}
+		bool ok = !kmalloc_arena_on && in >= 1 && n == in + 1;
+		void *s = uslab_malloc(64);
+		ok = ok && s && !arena_owns(s) && ptr_to_slab(s) != NULL;
+		for (unsigned i = 0; i < n; i++)
+			uslab_free(b[i]);   /* arena blocks still free after the end */
+		uslab_free(s);
+		ok = ok && kmalloc_validate_all() == 0;
+		if (!ok)
+			fprintf(stderr, "end when full: %u blocks, %u in the arena, arena %s\n", n,
+				in, kmalloc_arena_on ? "on" : "off");
+		_exit(ok ? 0 : 1);
+	}
+	int status;
+	REQUIRE(waitpid(pid, &status, 0) == pid);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+/* ARENA_ALLOCS_MAX blocks end it, even when all are reused (a program
+ * cycling one block must not stay on the slow path); blocks cut before the
+ * end are freed into it afterwards, and not handed out again. */
+static void check_end_after_count(void)
+{
+	void *keep = uslab_malloc(48);
+	REQUIRE(arena_owns(keep));
+	unsigned n = 0;
+	while (kmalloc_arena_on && n < 10000) {
+		void *p = uslab_malloc(32);
+		REQUIRE(p);
+		uslab_free(p);
+		n++;
+	}
+	CHECK(!kmalloc_arena_on);
+	CHECK(n < 4096);
+	void *p = uslab_malloc(48);
+	CHECK(!arena_owns(p) && ptr_to_slab(p) != NULL);
+	uslab_free(keep);
+	void *r = uslab_malloc(48);
+	CHECK(r != keep);
+	uslab_free(p);
+	uslab_free(r);
+	CHECK_EQ(kmalloc_validate_all(), 0);
+}
+
+int main(void)
+{
+	check_first_blocks();
+	check_api();
+	check_misuse();
+	check_end_when_full();
+	check_end_after_count();
+	return test_done("arena_unit");
+}

@@ -31,7 +31,6 @@
 #include "kmalloc.h"
 #include "options.h"
 
-#include <string.h>
 
 #define ARENA_SIZE       (256u << 10)
 #define ARENA_GRAN       16u
@@ -133,8 +132,10 @@ void *arena_alloc_large(size_t n)
 }
 
 /* arena_lock held: p's block code, after checking that p is a block's start
- * and that the block is allocated; aborts with call's message otherwise. */
-static unsigned arena_block(const void *p, const char *call)
+ * and that the block is allocated; aborts with call's message otherwise (a
+ * freed block: "double free" when freeing it again, else "invalid
+ * pointer"). */
+static unsigned arena_block(const void *p, const char *call, bool freeing)
 {
 	uintptr_t off = (uintptr_t)p - (uintptr_t)arena;
 	uint8_t m = off % ARENA_GRAN || off >= arena_cut ? 0 : arena_map[off / ARENA_GRAN];
@@ -145,6 +146,8 @@ static unsigned arena_block(const void *p, const char *call)
 	}
 	if (!(m & ARENA_LIVE)) {
 		spin_unlock(&arena_lock);
+		if (!freeing)
+			free_invalid(p, call);
 		uslab_fatal(call, p, "double free");
 	}
 	return m & ~ARENA_LIVE;
@@ -153,7 +156,7 @@ static unsigned arena_block(const void *p, const char *call)
 void arena_free(void *p, const char *call)
 {
 	spin_lock(&arena_lock);
-	unsigned code = arena_block(p, call);
+	unsigned code = arena_block(p, call, true);
 	arena_map[((char *)p - arena) / ARENA_GRAN] = (uint8_t)code;
 	arena_live -= code_size(code);
 	*(void **)p = arena_free_list[code];
@@ -164,7 +167,7 @@ void arena_free(void *p, const char *call)
 size_t arena_usable_size(const void *p, const char *call)
 {
 	spin_lock(&arena_lock);
-	unsigned code = arena_block(p, call);
+	unsigned code = arena_block(p, call, false);
 	spin_unlock(&arena_lock);
 	return code_size(code);
 }

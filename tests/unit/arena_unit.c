@@ -148,6 +148,7 @@ static void expect_abort(void (*fn)(void *), void *arg, const char *what)
 static void free_it(void *p) { uslab_free(p); }
 static void usable_it(void *p) { (void)uslab_malloc_usable_size(p); }
 static void double_free_it(void *p) { uslab_free(p); uslab_free(p); }
+static void usable_after_free_it(void *p) { uslab_free(p); (void)uslab_malloc_usable_size(p); }
 
 static void check_misuse(void)
 {
@@ -159,6 +160,7 @@ static void check_misuse(void)
 	expect_abort(free_it, p + 3, "free(): invalid pointer");        /* misaligned */
 	expect_abort(double_free_it, p, "free(): double free");
 	expect_abort(usable_it, p + 32, "malloc_usable_size(): invalid pointer");
+	expect_abort(usable_after_free_it, p, "malloc_usable_size(): invalid pointer");
 	/* past what was cut: never a block */
 	expect_abort(free_it, p + (256 << 10) - 4096 - ((uintptr_t)p % 4096), "invalid pointer");
 	uslab_free(p);

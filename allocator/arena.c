@@ -32,8 +32,6 @@
 #include "options.h"
 
 
-#define ARENA_SIZE       (256u << 10)
-#define ARENA_GRAN       16u
 #define ARENA_ALLOCS_MAX 4096
 #define ARENA_LIVE       0x80u
 /* block codes: a small class cls is cls + 1; a large block of k 4 KiB
@@ -42,8 +40,7 @@
 #define ARENA_LARGE_PAGES 16u
 #define ARENA_PAGE        4096u
 
-static char arena[ARENA_SIZE] __attribute__((aligned(4096)));
-static uint8_t arena_map[ARENA_SIZE / ARENA_GRAN];
+/* arena[] and arena_map[] are in layout.c, with the other big arrays */
 static void *arena_free_list[ARENA_LIVE];   /* by block code */
 static uint32_t arena_cut;          /* bytes cut so far: blocks are below */
 static uint32_t arena_allocs;       /* blocks handed out, reuse included */

@@ -28,7 +28,7 @@
 
 /* ---- heaps ------------------------------------------------------------------- */
 
-struct thread_heap empty_heap;   /* all zero: no chunk in use */
+/* empty_heap (all zero: no chunk in use) is in layout.c */
 __thread struct thread_heap *tls_heap __attribute__((tls_model("initial-exec"))) = &empty_heap;
 
 static spinlock_t heaps_lock = SPINLOCK_INIT;

@@ -21,7 +21,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-struct kmalloc_statics kmalloc_statics __attribute__((aligned(4096)));
+/* kmalloc_statics is in layout.c */
 
 const uint8_t kmalloc_slot_class[NR_CLASSES] = {
 	1, 2, 4, 8, 12, 16, 20, 25, 30, 35, 40, 45,   /* 16 B, 32 B, ... 32 KiB */

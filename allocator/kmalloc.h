@@ -39,8 +39,7 @@ _Static_assert(NR_CLASSES <= NEVER_USED_ID, "the never-used cpu slab is no kmall
  */
 #define NR_STARTUP_CLASSES 12
 
-/* The static caches and the word of which are set up, from a page start:
- * the word and the first ten start-up classes share a page. */
+/* The static caches and the word of which are set up (layout.c). */
 struct kmalloc_statics {
 	/* bit k: store[k] is set up (set with release under the init lock,
 	 * after cache_setup). One word, so asking whether a class is ready
@@ -97,6 +96,10 @@ void *kmalloc_slow(unsigned cls);
 void *malloc_large_or_huge(size_t n, size_t align, bool *zeroed);
 
 /* arena.c: the start-up arena (small blocks of a program's start, packed) */
+#define ARENA_SIZE (256u << 10)
+#define ARENA_GRAN 16u
+extern char arena[ARENA_SIZE];
+extern uint8_t arena_map[ARENA_SIZE / ARENA_GRAN];   /* a byte per granule */
 extern bool kmalloc_arena_on;
 void *arena_alloc(unsigned cls);              /* NULL once it has ended */
 void *arena_alloc_large(size_t n);            /* up to 64 KiB; NULL likewise */

@@ -23,7 +23,6 @@
 #include <string.h>
 #include <time.h>
 
-uint8_t seg_registry[REG_SEGMENTS];
 static spinlock_t seg_lock = SPINLOCK_INIT;
 static struct segment *seg_list;
 static unsigned nr_empty_segments;

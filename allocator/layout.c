@@ -1,0 +1,28 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * layout.c - the library's big zero-initialised arrays, defined here, in
+ * this order (compiled with -fno-toplevel-reorder), and linked after every
+ * other object of the library (allocator/CMakeLists.txt).
+ *
+ * A short-lived program pays about 15 us for each page it touches first on a
+ * VM, a read of a zero page included. Defined where they are used, these
+ * arrays cut the small variables of the files around them (locks, counters,
+ * options, the arena's free lists) apart into pages of their own; here they
+ * come last, so all the small variables are packed together right after
+ * .data (whose last page the dynamic loader writes anyway), and nothing in
+ * .bss asks for page alignment, which would start .bss on a fresh page.
+ *
+ * The order: the segment registry first, so that its entry 0 - which
+ * free(NULL) reads - shares the small variables' page; then the empty heap,
+ * whose first lines every malloc reads before the thread has a heap, close
+ * to the registry's entries for high addresses (where libraries and
+ * mappings are), so that both tend to share a page table; then the kmalloc
+ * caches, and the start-up arena with its granule map.
+ */
+#include "kmalloc.h"
+
+uint8_t seg_registry[REG_SEGMENTS];
+struct thread_heap empty_heap;
+struct kmalloc_statics kmalloc_statics;
+uint8_t arena_map[ARENA_SIZE / ARENA_GRAN];
+char arena[ARENA_SIZE] __attribute__((aligned(CACHE_LINE)));

@@ -13,7 +13,9 @@
  * small requests here instead: blocks of the class size cut one after another
  * from ARENA_SIZE bytes of .bss (zero pages; only what is cut is ever
  * touched), and a freed block goes on a free list of its class, from which
- * the next request of that class takes it. The arena ends, for good, at the
+ * the next request of that class (or of one of the three classes below it,
+ * if the block is at most twice their size) takes it; the last block cut is
+ * uncut instead, so a temporary block costs nothing. The arena ends, for good, at the
  * first request it cannot serve or after ARENA_ALLOCS_MAX blocks (a program
  * cycling a few blocks would otherwise stay on the slow path); from then on
  * requests go to the classes, and blocks still in the arena are freed into
@@ -33,6 +35,7 @@
 
 
 #define ARENA_ALLOCS_MAX 4096
+#define ARENA_REUSE_UP   3      /* a freed block serves up to 3 codes below it */
 #define ARENA_LIVE       0x80u
 /* block codes: a small class cls is cls + 1; a large block of k 4 KiB
  * pages (k <= ARENA_LARGE_PAGES) is ARENA_LARGE_CODE + k */
@@ -77,9 +80,40 @@ void kmalloc_arena_end(void)
 }
 
 /* A block of the given code, or NULL once the arena has ended. */
+static uint32_t code_take(unsigned code)   /* bytes a block of code is cut to */
+{
+	return (code_size(code) + ARENA_GRAN - 1) & ~(ARENA_GRAN - 1);
+}
+
+/* arena_lock held: a freed block for a request of code, taken off a free
+ * list: its own, else one of the next ARENA_REUSE_UP codes of the same kind
+ * whose blocks are at most twice the size (their usable size is theirs).
+ * *bcode is the block's code; NULL if none. */
+static void *reuse_locked(unsigned code, unsigned *bcode)
+{
+	unsigned last = code + ARENA_REUSE_UP;
+
+	if (code < ARENA_LARGE_CODE && last > NR_CLASSES)   /* codes 1..NR_CLASSES */
+		last = NR_CLASSES;
+	if (code > ARENA_LARGE_CODE && last > ARENA_LARGE_CODE + ARENA_LARGE_PAGES)
+		last = ARENA_LARGE_CODE + ARENA_LARGE_PAGES;
+	for (unsigned c = code; c <= last && code_size(c) <= 2 * code_size(code); c++) {
+		void *p = arena_free_list[c];
+
+		if (p) {
+			arena_free_list[c] = *(void **)p;
+			*bcode = c;
+			return p;
+		}
+	}
+	return NULL;
+}
+
+/* A block of the given code (or a freed one a little larger), or NULL once
+ * the arena has ended. */
 static void *arena_take(unsigned code)
 {
-	uint32_t size = code_size(code);
+	unsigned bcode = code;
 	void *p = NULL;
 
 	options_init();
@@ -90,11 +124,9 @@ static void *arena_take(unsigned code)
 		arena_end_locked();
 		goto out;
 	}
-	p = arena_free_list[code];
-	if (p) {
-		arena_free_list[code] = *(void **)p;
-	} else {
-		uint32_t take = (size + ARENA_GRAN - 1) & ~(ARENA_GRAN - 1);
+	p = reuse_locked(code, &bcode);
+	if (!p) {
+		uint32_t take = code_take(code);
 
 		if (take > ARENA_SIZE - arena_cut) {
 			arena_end_locked();
@@ -103,8 +135,8 @@ static void *arena_take(unsigned code)
 		p = arena + arena_cut;
 		arena_cut += take;
 	}
-	arena_map[((char *)p - arena) / ARENA_GRAN] = (uint8_t)(code | ARENA_LIVE);
-	arena_live += size;
+	arena_map[((char *)p - arena) / ARENA_GRAN] = (uint8_t)(bcode | ARENA_LIVE);
+	arena_live += code_size(bcode);
 	if (++arena_allocs >= ARENA_ALLOCS_MAX)
 		arena_end_locked();
 out:
@@ -154,10 +186,18 @@ void arena_free(void *p, const char *call)
 {
 	spin_lock(&arena_lock);
 	unsigned code = arena_block(p, call, true);
-	arena_map[((char *)p - arena) / ARENA_GRAN] = (uint8_t)code;
+	size_t g = (size_t)((char *)p - arena) / ARENA_GRAN;
+
 	arena_live -= code_size(code);
-	*(void **)p = arena_free_list[code];
-	arena_free_list[code] = p;
+	if ((char *)p + code_take(code) == arena + arena_cut) {
+		/* the last block cut: uncut it (a temporary block costs nothing) */
+		arena_map[g] = 0;
+		arena_cut -= code_take(code);
+	} else {
+		arena_map[g] = (uint8_t)code;
+		*(void **)p = arena_free_list[code];
+		arena_free_list[code] = p;
+	}
 	spin_unlock(&arena_lock);
 }
 

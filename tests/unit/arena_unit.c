@@ -119,6 +119,47 @@ static void check_api(void)
 	CHECK(kmalloc_arena_on);
 }
 
+/* The last block cut is uncut when freed; a freed block serves a request of
+ * a class up to three below it (at most twice the size), with its own
+ * usable size. */
+static void check_uncut_and_reuse(void)
+{
+	/* classes from 6 KiB up: no earlier check used them, so their free
+	 * lists are empty and what follows is exact */
+	size_t cut0 = arena_cut_bytes();
+	char *a = uslab_malloc(9000);   /* class 9216 */
+	REQUIRE(arena_owns(a));
+	CHECK_EQ(arena_cut_bytes(), cut0 + 9216);
+	uslab_free(a);
+	CHECK_EQ(arena_cut_bytes(), cut0);
+	char *b = uslab_malloc(9000);
+	CHECK(b == a);                  /* cut again at the same place */
+
+	char *c = uslab_malloc(14000);  /* class 14336 */
+	char *d = uslab_malloc(6000);   /* class 6144: c is no longer the last */
+	REQUIRE(arena_owns(c) && arena_owns(d));
+	uslab_free(c);                  /* onto the 14336 list */
+	size_t cut1 = arena_cut_bytes();
+	char *e = uslab_malloc(12000);  /* class 12288, the class below 14336 */
+	CHECK(e == c);
+	CHECK_EQ(uslab_malloc_usable_size(e), 14336);
+	CHECK_EQ(arena_cut_bytes(), cut1);
+	uslab_free(e);
+	char *f = uslab_malloc(6500);   /* class 7168: five classes below, cut anew */
+	CHECK(f != c);
+	CHECK_EQ(uslab_malloc_usable_size(f), 7168);
+	CHECK_EQ(arena_cut_bytes(), cut1 + 7168);
+	uslab_free(f);                  /* the last: uncut */
+	uslab_free(d);                  /* the last now: uncut */
+	CHECK_EQ(arena_cut_bytes(), cut1 - 6144);
+	char *g = uslab_malloc(14000);
+	CHECK(g == c);
+	uslab_free(g);                  /* the last again */
+	CHECK_EQ(arena_cut_bytes(), cut0 + 9216);
+	uslab_free(b);                  /* and so on down */
+	CHECK_EQ(arena_cut_bytes(), cut0);
+}
+
 /* A misuse in a child: ends with SIGABRT and stderr naming it. */
 static void expect_abort(void (*fn)(void *), void *arg, const char *what)
 {
@@ -158,7 +199,12 @@ static void check_misuse(void)
 	REQUIRE(arena_owns(p));
 	expect_abort(free_it, p + 16, "free(): invalid pointer");       /* interior */
 	expect_abort(free_it, p + 3, "free(): invalid pointer");        /* misaligned */
+	char *q = uslab_malloc(20000);   /* class 20480: cut now, the last block */
+	REQUIRE(arena_owns(q));
 	expect_abort(double_free_it, p, "free(): double free");
+	/* the last block, uncut by its free: no block there any more */
+	expect_abort(double_free_it, q, "free(): invalid pointer");
+	uslab_free(q);
 	expect_abort(usable_it, p + 32, "malloc_usable_size(): invalid pointer");
 	expect_abort(usable_after_free_it, p, "malloc_usable_size(): invalid pointer");
 	/* past what was cut: never a block */
@@ -231,6 +277,7 @@ int main(void)
 {
 	check_first_blocks();
 	check_api();
+	check_uncut_and_reuse();
 	check_misuse();
 	check_end_when_full();
 	check_end_after_count();

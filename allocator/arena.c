@@ -33,7 +33,6 @@
 #include "kmalloc.h"
 #include "options.h"
 
-
 #define ARENA_ALLOCS_MAX 4096
 #define ARENA_REUSE_UP   3      /* a freed block serves up to 3 codes below it */
 #define ARENA_LIVE       0x80u

@@ -492,6 +492,7 @@ size_t kmalloc_huge_cached_bytes(void);                /* kmalloc.c: freed huge 
 uintptr_t huge_cache_take_aligned(size_t len, size_t align);   /* kmalloc.c: segment_map */
 int segment_unit_state(const void *p);                /* tests: 0 used, 1 dirty, 2 clean */
 long segment_check_descs(void);                       /* tests: problems found, printed */
+extern void (*purge_test_hook)(void);                 /* tests: called mid-purge */
 void segment_free_units(struct slab *head);
 bool segment_resize_units(struct slab *head, unsigned nunits);
 size_t segment_mapped_bytes(void);

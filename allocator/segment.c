@@ -397,6 +397,17 @@ struct purge_range {
 };
 
 /*
+ * The ranges a purge has taken off the free maps while it madvises them
+ * outside seg_lock (seg_lock; one purge at a time, purge_busy). A child of
+ * fork() has not the purging thread: segment_unlock_all gives them back to
+ * its free maps, as dirty (they may or may not have been zapped).
+ */
+static struct purge_range purge_inflight[PURGE_BATCH];
+static unsigned purge_nr_inflight;
+static bool purge_busy;
+void (*purge_test_hook)(void);   /* tests: runs while a batch is out */
+
+/*
  * Purge free committed units, madvise outside seg_lock, in batches.
  * keep_units == SIZE_MAX: decay. A segment whose last tick is at least
  * `decay` ms old purges its aged units (dirty at that tick and ever since,
@@ -408,13 +419,18 @@ struct purge_range {
  */
 static void purge(uint64_t now, uint64_t decay, size_t keep_units)
 {
-	struct purge_range r[PURGE_BATCH];
+	struct purge_range *r = purge_inflight;
 	unsigned nr, purged = 0;
 	bool aging = keep_units == SIZE_MAX;
 
+	spin_lock(&seg_lock);
+	if (purge_busy) {   /* another thread is purging: it will do */
+		spin_unlock(&seg_lock);
+		return;
+	}
+	purge_busy = true;
 	do {
 		nr = 0;
-		spin_lock(&seg_lock);
 		for (struct segment *seg = seg_list; seg && nr < PURGE_BATCH; seg = seg->next) {
 			const uint64_t *map = aging ? seg->aged_map : seg->dirty_map;
 			unsigned i;
@@ -434,16 +450,21 @@ static void purge(uint64_t now, uint64_t decay, size_t keep_units)
 				seg->aged_ms = now;
 			}
 		}
+		purge_nr_inflight = nr;
 		spin_unlock(&seg_lock);
+		if (unlikely(purge_test_hook))
+			purge_test_hook();
 		for (unsigned k = 0; k < nr; k++)
 			os_decommit((char *)r[k].seg + ((size_t)r[k].first << UNIT_SHIFT),
 				    (size_t)r[k].n << UNIT_SHIFT);
 		spin_lock(&seg_lock);
 		for (unsigned k = 0; k < nr; k++)
 			units_give(r[k].seg, r[k].first, r[k].n, false);
-		spin_unlock(&seg_lock);
+		purge_nr_inflight = 0;
 		purged += nr;
 	} while (nr == PURGE_BATCH);
+	purge_busy = false;
+	spin_unlock(&seg_lock);
 	if (purged)   /* segments it emptied of dirt may go now */
 		segment_release_empty_over((unsigned)option(OPT_RESERVE_SEGMENTS));
 }
@@ -653,6 +674,12 @@ void segment_lock_all(void)
 void segment_unlock_all(bool child)
 {
 	if (child) {
+		/* the purging thread, if one was out with units, is not here */
+		for (unsigned k = 0; k < purge_nr_inflight; k++)
+			units_give(purge_inflight[k].seg, purge_inflight[k].first,
+				   purge_inflight[k].n, true);
+		purge_nr_inflight = 0;
+		purge_busy = false;
 		spin_unlock_after_fork_child(&meta_lock);
 		spin_unlock_after_fork_child(&seg_lock);
 	} else {

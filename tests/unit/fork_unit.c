@@ -2,7 +2,8 @@
  * allocator lock (process.c), and the child can still do everything: every
  * class, large and huge blocks, caches made and destroyed, trim, flush; the
  * parent's blocks intact on both sides. Once a thread has existed, fork takes
- * every lock again, and the same child work must pass. */
+ * every lock again, and the same child work must pass; a fork in the middle
+ * of a purge leaves the child no units lost. */
 #include "test.h"
 #include "kmalloc_check.h"
 #include "uslab.h"
@@ -93,6 +94,47 @@ static void fork_and_check(bool want_locks)
 	check_blocks();
 }
 
+/* fork() while a purge has units off the free maps (madvising them outside
+ * seg_lock): the child has no purging thread, so its fork handler must give
+ * them back, or they stay neither free nor in a run for good. The hook runs
+ * in the middle of a purge; the child's walker would see such units as "in
+ * use, heads no run". */
+static pid_t purge_child;
+
+static void fork_mid_purge(void)
+{
+	purge_test_hook = NULL;
+	purge_child = fork();
+	REQUIRE(purge_child >= 0);
+	if (purge_child == 0) {
+		void *p = uslab_malloc(300000);   /* segments usable in the child */
+		bool ok = p != NULL && kmalloc_validate_all() == 0;
+		uslab_free(p);
+		uslab_trim();
+		_exit(ok && kmalloc_validate_all() == 0 ? 0 : 1);
+	}
+}
+
+static void check_fork_mid_purge(void)
+{
+	void *big[8];
+
+	for (int i = 0; i < 8; i++)
+		REQUIRE((big[i] = uslab_malloc(200000 + (size_t)i * 20000)) != NULL);
+	for (int i = 0; i < 8; i++)
+		uslab_free(big[i]);
+	uslab_thread_flush();   /* the heap's kept runs back to their segments: dirty */
+	purge_child = 0;
+	purge_test_hook = fork_mid_purge;
+	uslab_trim();           /* purges every dirty unit: the hook forks */
+	purge_test_hook = NULL;
+	REQUIRE(purge_child > 0);
+	int status;
+	REQUIRE(waitpid(purge_child, &status, 0) == purge_child);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	CHECK_EQ(kmalloc_validate_all(), 0);
+}
+
 static void *thread_main(void *arg)
 {
 	(void)arg;
@@ -119,6 +161,7 @@ int main(void)
 	/* a thread has existed: every lock, each fork */
 	for (int r = 0; r < 3; r++)
 		fork_and_check(true);
+	check_fork_mid_purge();
 
 	for (int i = 0; i < NBLOCKS; i++)
 		uslab_free(blocks[i]);

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * arena.c - the start-up arena: a short-lived program's first small blocks,
- * packed densely in one static region instead of spread over a slab per class.
+ * arena.c - the start-up arena: a short-lived program's first blocks, packed
+ * densely in one static region instead of spread over a slab per class.
  *
  * Why. A program that runs for a few milliseconds (md5sum, sort on a small
  * file, each command of a shell pipeline) allocates a few hundred blocks of
@@ -10,25 +10,28 @@
  * calls), its header page and a page of the segment registry: some 15 first
  * touches of pages more than glibc's dense heap, and a first touch costs
  * 13-15 us on a VM. Until the arena is used up, malloc's slow path serves
- * small requests here instead: blocks of the class size cut one after another
- * from ARENA_SIZE bytes of .bss (zero pages; only what is cut is ever
- * touched), and a freed block goes on a free list of its class, from which
- * the next request of that class (or of one of the three classes below it,
- * if the block is at most twice their size) takes it; the last block cut is
- * uncut instead, so a temporary block costs nothing. The arena ends, for good, at the
- * first request it cannot serve or after ARENA_ALLOCS_MAX blocks (a program
+ * requests up to 64 KiB here instead: blocks of the class size (above the
+ * small classes, whole 4 KiB pages) cut one after another from ARENA_SIZE
+ * bytes of .bss (zero pages; only what is cut is ever touched). A freed
+ * block goes on a free list of its code, from which the next request of
+ * that code - or of one of the three below it, if the block is at most
+ * twice their size - takes it; the last block cut is uncut instead, so a
+ * temporary block costs nothing. The arena ends, for good, at the first
+ * request it cannot serve or after ARENA_ALLOCS_MAX blocks (a program
  * cycling a few blocks would otherwise stay on the slow path); from then on
  * requests go to the classes, and blocks still in the arena are freed into
  * it as before (and never reused: at most ARENA_SIZE bytes).
  *
  * Blocks start on 16-byte granules; arena_map holds a byte per granule: 0,
- * or for a block's first granule its class + 1, with ARENA_LIVE while the
- * block is allocated. So free() tells a block start from an interior
- * pointer and a live block from a freed one exactly, as it does for slabs.
+ * or for a block's first granule its code, with ARENA_LIVE while the block
+ * is allocated. So free() tells a block start from an interior pointer and
+ * a live block from a freed one exactly, as it does for slabs.
+ *
  * Everything is under arena_lock (a leaf lock): the arena is only on slow
- * paths. The fast paths never see it: before the arena ends no thread has a
- * heap (a thread's first slab-served request makes its heap), and the free
- * fast path's registry test fails for .bss addresses.
+ * paths. The fast paths never see it: a malloc reaches it only when its
+ * class's cpu freelist is empty (while the arena lasts, classes get slabs
+ * only through aligned requests and the cache API), and the free fast
+ * path's registry test fails for a .bss address.
  */
 #include "kmalloc.h"
 #include "options.h"
@@ -71,15 +74,8 @@ static void arena_end_locked(void)
 	WRITE_ONCE(kmalloc_arena_on, false);
 }
 
-void kmalloc_arena_end(void)
-{
-	spin_lock(&arena_lock);
-	arena_end_locked();
-	spin_unlock(&arena_lock);
-}
-
-/* A block of the given code, or NULL once the arena has ended. */
-static uint32_t code_take(unsigned code)   /* bytes a block of code is cut to */
+/* Bytes a block of the given code is cut to. */
+static uint32_t code_take(unsigned code)
 {
 	return (code_size(code) + ARENA_GRAN - 1) & ~(ARENA_GRAN - 1);
 }

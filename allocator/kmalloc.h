@@ -95,7 +95,7 @@ static inline unsigned size_class(size_t n)
 void *kmalloc_slow(unsigned cls);
 void *malloc_large_or_huge(size_t n, size_t align, bool *zeroed);
 
-/* arena.c: the start-up arena (small blocks of a program's start, packed) */
+/* arena.c: the start-up arena (a program's first blocks up to 64 KiB, packed) */
 #define ARENA_SIZE (256u << 10)
 #define ARENA_GRAN 16u
 extern char arena[ARENA_SIZE];
@@ -108,7 +108,6 @@ void arena_free(void *p, const char *call);
 size_t arena_usable_size(const void *p, const char *call);
 size_t arena_live_bytes(void);
 size_t arena_cut_bytes(void);
-void kmalloc_arena_end(void);
 void arena_fork_prepare(void);
 void arena_fork_release(bool child);
 void *kmalloc_aligned(size_t align, size_t n);

@@ -13,11 +13,12 @@
  * .bss asks for page alignment, which would start .bss on a fresh page.
  *
  * The order: the segment registry first, so that its entry 0 - which
- * free(NULL) reads - shares the small variables' page; then the empty heap,
- * whose first lines every malloc reads before the thread has a heap, close
- * to the registry's entries for high addresses (where libraries and
- * mappings are), so that both tend to share a page table; then the kmalloc
- * caches, and the start-up arena with its granule map.
+ * free(NULL) reads - is next to the small variables (one page on: the dwcas
+ * stripes, 4 KiB nobody touches with cmpxchg16b, sit between); then the
+ * empty heap, whose first lines every malloc reads before the thread has a
+ * heap, close to the registry's entries for high addresses (where libraries
+ * and mappings are), so that both tend to share a page table; then the
+ * kmalloc caches, and the start-up arena with its granule map.
  */
 #include "kmalloc.h"
 

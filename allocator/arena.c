@@ -46,7 +46,7 @@
 #define ARENA_PAGE        4096u
 
 /* arena[] and arena_map[] are in layout.c, with the other big arrays */
-static void *arena_free_list[ARENA_LIVE];   /* by block code */
+static void *arena_free_list[ARENA_LARGE_CODE + ARENA_LARGE_PAGES + 1];   /* by block code */
 static uint32_t arena_cut;          /* bytes cut so far: blocks are below */
 static uint32_t arena_allocs;       /* blocks handed out, reuse included */
 static size_t arena_live;           /* bytes in live blocks */

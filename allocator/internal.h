@@ -492,6 +492,14 @@ size_t kmalloc_huge_cached_bytes(void);                /* kmalloc.c: freed huge 
 uintptr_t huge_cache_take_aligned(size_t len, size_t align);   /* kmalloc.c: segment_map */
 int segment_unit_state(const void *p);                /* tests: 0 used, 1 dirty, 2 clean */
 long segment_check_descs(void);                       /* tests: problems found, printed */
+
+/* A purge's batch: ranges of units it madvises outside seg_lock. */
+#define PURGE_BATCH 32
+struct purge_range {
+	struct segment *seg;
+	unsigned first, n;
+};
+extern struct purge_range purge_inflight[PURGE_BATCH];   /* segment.c, in layout.c */
 extern void (*purge_test_hook)(void);                 /* tests: called mid-purge */
 void segment_free_units(struct slab *head);
 bool segment_resize_units(struct slab *head, unsigned nunits);

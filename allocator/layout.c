@@ -12,6 +12,11 @@
  * .data (whose last page the dynamic loader writes anyway), and nothing in
  * .bss asks for page alignment, which would start .bss on a fresh page.
  *
+ * Keep the small variables within the page .data ends in: `nm -n` on
+ * libuslab.so shows where each lands (session 8: .data from 0x17120, the
+ * last small variable, __dwcas_mode, at 0x17e40). Cold arrays that are
+ * small but not tiny (the purge's in-flight record) live here too.
+ *
  * The order: the segment registry first, so that its entry 0 - which
  * free(NULL) reads - is next to the small variables (one page on: the dwcas
  * stripes, 4 KiB nobody touches with cmpxchg16b, sit between); then the
@@ -27,3 +32,4 @@ struct thread_heap empty_heap;
 struct kmalloc_statics kmalloc_statics;
 uint8_t arena_map[ARENA_SIZE / ARENA_GRAN];
 char arena[ARENA_SIZE] __attribute__((aligned(CACHE_LINE)));
+struct purge_range purge_inflight[PURGE_BATCH];   /* small, but only purges use it */

@@ -389,20 +389,15 @@ void segment_free_units(struct slab *head)
  * The madvise runs outside seg_lock; the units are taken off the free map
  * meanwhile so nobody can claim memory that is being zapped.
  */
-#define PURGE_BATCH 32
 
-struct purge_range {
-	struct segment *seg;
-	unsigned first, n;
-};
 
 /*
  * The ranges a purge has taken off the free maps while it madvises them
- * outside seg_lock (seg_lock; one purge at a time, purge_busy). A child of
+ * outside seg_lock: purge_inflight[] (layout.c) and its count, under
+ * seg_lock; one purge at a time (purge_busy). A child of
  * fork() has not the purging thread: segment_unlock_all gives them back to
  * its free maps, as dirty (they may or may not have been zapped).
  */
-static struct purge_range purge_inflight[PURGE_BATCH];
 static unsigned purge_nr_inflight;
 static bool purge_busy;
 void (*purge_test_hook)(void);   /* tests: runs while a batch is out */

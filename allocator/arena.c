@@ -36,7 +36,14 @@
 #include "kmalloc.h"
 #include "options.h"
 
-#define ARENA_ALLOCS_MAX 4096
+#if __has_include(<sys/single_threaded.h>)
+#include <sys/single_threaded.h>
+#define ARENA_SINGLE_THREADED() (__libc_single_threaded != 0)
+#else
+#define ARENA_SINGLE_THREADED() false
+#endif
+
+#define ARENA_ALLOCS_MAX 16384
 #define ARENA_REUSE_UP   3      /* a freed block serves up to 3 codes below it */
 #define ARENA_LIVE       0x80u
 /* block codes: a small class cls is cls + 1; a large block of k 4 KiB
@@ -72,6 +79,24 @@ bool arena_owns(const void *p)
 static void arena_end_locked(void)
 {
 	WRITE_ONCE(kmalloc_arena_on, false);
+}
+
+/* arena_lock, elided while the process has one thread: glibc's
+ * __libc_single_threaded goes false, for good, before a second thread
+ * starts, and while it is true no other thread can be in here (nor at
+ * fork: process.c takes no lock then either). Returns whether it is held. */
+static bool arena_lock_take(void)
+{
+	if (ARENA_SINGLE_THREADED())
+		return false;
+	spin_lock(&arena_lock);
+	return true;
+}
+
+static void arena_lock_drop(bool held)
+{
+	if (held)
+		spin_unlock(&arena_lock);
 }
 
 /* Bytes a block of the given code is cut to. */
@@ -112,7 +137,7 @@ static void *arena_take(unsigned code)
 	void *p = NULL;
 
 	options_init();
-	spin_lock(&arena_lock);
+	bool held = arena_lock_take();
 	if (!kmalloc_arena_on)
 		goto out;
 	if (!option(OPT_STARTUP_ARENA)) {
@@ -135,7 +160,7 @@ static void *arena_take(unsigned code)
 	if (++arena_allocs >= ARENA_ALLOCS_MAX)
 		arena_end_locked();
 out:
-	spin_unlock(&arena_lock);
+	arena_lock_drop(held);
 	return p;
 }
 
@@ -159,17 +184,17 @@ void *arena_alloc_large(size_t n)
  * and that the block is allocated; aborts with call's message otherwise (a
  * freed block: "double free" when freeing it again, else "invalid
  * pointer"). */
-static unsigned arena_block(const void *p, const char *call, bool freeing)
+static unsigned arena_block(const void *p, const char *call, bool freeing, bool held)
 {
 	uintptr_t off = (uintptr_t)p - (uintptr_t)arena;
 	uint8_t m = off % ARENA_GRAN || off >= arena_cut ? 0 : arena_map[off / ARENA_GRAN];
 
 	if (!m) {
-		spin_unlock(&arena_lock);
+		arena_lock_drop(held);
 		free_invalid(p, call);
 	}
 	if (!(m & ARENA_LIVE)) {
-		spin_unlock(&arena_lock);
+		arena_lock_drop(held);
 		if (!freeing)
 			free_invalid(p, call);
 		uslab_fatal(call, p, "double free");
@@ -179,8 +204,8 @@ static unsigned arena_block(const void *p, const char *call, bool freeing)
 
 void arena_free(void *p, const char *call)
 {
-	spin_lock(&arena_lock);
-	unsigned code = arena_block(p, call, true);
+	bool held = arena_lock_take();
+	unsigned code = arena_block(p, call, true, held);
 	size_t g = (size_t)((char *)p - arena) / ARENA_GRAN;
 
 	arena_live -= code_size(code);
@@ -193,14 +218,14 @@ void arena_free(void *p, const char *call)
 		*(void **)p = arena_free_list[code];
 		arena_free_list[code] = p;
 	}
-	spin_unlock(&arena_lock);
+	arena_lock_drop(held);
 }
 
 size_t arena_usable_size(const void *p, const char *call)
 {
-	spin_lock(&arena_lock);
-	unsigned code = arena_block(p, call, false);
-	spin_unlock(&arena_lock);
+	bool held = arena_lock_take();
+	unsigned code = arena_block(p, call, false, held);
+	arena_lock_drop(held);
 	return code_size(code);
 }
 

@@ -36,7 +36,7 @@
 	X(CPU_PARTIAL, "USLAB_CPU_PARTIAL", INT, 0,                                          \
 	  "frozen slabs a thread may hold per cache (0 = by object size: 4, or 2 from 4 KiB)") \
 	X(STARTUP_ARENA, "USLAB_STARTUP_ARENA", BOOL, 1,                                     \
-	  "serve a program's first blocks up to 64 KiB (until 256 KiB are cut or 4,096 handed "  \
+	  "serve a program's first blocks up to 64 KiB (until 256 KiB are cut or 16,384 handed "  \
 	  "out) packed in one static region, before any slab (fewer pages touched by "     \
 	  "short-lived programs; 0 = slabs from the first block)")                         \
 	X(STARTUP_CLASSES, "USLAB_STARTUP_CLASSES", BOOL, 1,                                 \

@@ -107,10 +107,10 @@ static inline int test_require_uslab(void)
 
 /* Preloaded tests: end uslab's start-up arena (a program's first small
  * blocks, packed outside any slab; allocator/arena.c), so that what follows
- * is served by slabs, heaps and segments. It ends after 4,096 blocks. */
+ * is served by slabs, heaps and segments. It ends after 16,384 blocks. */
 static inline void test_end_startup_arena(void)
 {
-	for (int i = 0; i < 5000; i++) {
+	for (int i = 0; i < 20000; i++) {
 		void *volatile p = malloc(64);
 		free(p);
 	}

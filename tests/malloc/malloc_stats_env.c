@@ -118,6 +118,7 @@ static int exit_dump_child(void)
 	for (int i = 200; i < PROBE_FREES; i++)
 		u.cache_free(probe, probe_obj[i]);
 	static void *volatile blk;
+	test_end_startup_arena();   /* then the blocks below come from kmalloc caches */
 	for (int i = 0; i < 5000; i++) {
 		blk = malloc(100 + i % 900);
 		free(blk);

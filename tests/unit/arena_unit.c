@@ -255,14 +255,14 @@ static void check_end_after_count(void)
 	void *keep = uslab_malloc(48);
 	REQUIRE(arena_owns(keep));
 	unsigned n = 0;
-	while (kmalloc_arena_on && n < 10000) {
+	while (kmalloc_arena_on && n < 20000) {
 		void *p = uslab_malloc(32);
 		REQUIRE(p);
 		uslab_free(p);
 		n++;
 	}
 	CHECK(!kmalloc_arena_on);
-	CHECK(n < 4096);
+	CHECK(n < 16384);
 	void *p = uslab_malloc(48);
 	CHECK(!arena_owns(p) && ptr_to_slab(p) != NULL);
 	uslab_free(keep);

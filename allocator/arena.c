@@ -36,13 +36,6 @@
 #include "kmalloc.h"
 #include "options.h"
 
-#if __has_include(<sys/single_threaded.h>)
-#include <sys/single_threaded.h>
-#define ARENA_SINGLE_THREADED() (__libc_single_threaded != 0)
-#else
-#define ARENA_SINGLE_THREADED() false
-#endif
-
 #define ARENA_ALLOCS_MAX 16384
 #define ARENA_REUSE_UP   3      /* a freed block serves up to 3 codes below it */
 #define ARENA_LIVE       0x80u
@@ -87,7 +80,7 @@ static void arena_end_locked(void)
  * fork: process.c takes no lock then either). Returns whether it is held. */
 static bool arena_lock_take(void)
 {
-	if (ARENA_SINGLE_THREADED())
+	if (process_single_threaded())
 		return false;
 	spin_lock(&arena_lock);
 	return true;

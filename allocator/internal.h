@@ -41,6 +41,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#if __has_include(<sys/single_threaded.h>)
+#include <sys/single_threaded.h>
+#define USLAB_HAVE_SINGLE_THREADED 1
+#endif
 
 /* Everything declared from here on is internal to the library: hidden, so
  * the fast paths reach it without a trip through the GOT. */
@@ -559,6 +563,18 @@ static inline void name_copy(char *dst, size_t size, const char *src)
  * value of a thread that did not survive the fork, whose slabs are then as
  * unreachable as before: see process.c).
  */
+/* The process has never made a second thread (glibc's
+ * __libc_single_threaded: it goes false, for good, before one starts);
+ * false when the C library cannot say. */
+static inline bool process_single_threaded(void)
+{
+#if USLAB_HAVE_SINGLE_THREADED
+	return __libc_single_threaded;
+#else
+	return false;
+#endif
+}
+
 static inline uintptr_t thread_self(void)
 {
 #if defined(__has_builtin) && __has_builtin(__builtin_thread_pointer)

@@ -14,10 +14,6 @@
 #include "options.h"
 
 #include <pthread.h>
-#if __has_include(<sys/single_threaded.h>)
-#include <sys/single_threaded.h>
-#define USLAB_HAVE_SINGLE_THREADED 1
-#endif
 
 /*
  * A process that never made a thread (glibc's __libc_single_threaded) has no
@@ -29,15 +25,6 @@
  * only read after it.
  */
 static bool fork_locked;
-
-static bool process_single_threaded(void)
-{
-#if USLAB_HAVE_SINGLE_THREADED
-	return __libc_single_threaded;
-#else
-	return false;
-#endif
-}
 
 /* For tests: whether the last fork's handlers took the locks. */
 bool uslab_fork_took_locks_(void)

@@ -27,8 +27,8 @@
  * is allocated. So free() tells a block start from an interior pointer and
  * a live block from a freed one exactly, as it does for slabs.
  *
- * Everything is under arena_lock (a leaf lock): the arena is only on slow
- * paths. The fast paths never see it: a malloc reaches it only when its
+ * Everything is under arena_lock (a leaf lock; elided while the process has
+ * one thread, see arena_lock_take): the arena is only on slow paths. The fast paths never see it: a malloc reaches it only when its
  * class's cpu freelist is empty (while the arena lasts, classes get slabs
  * only through aligned requests and the cache API), and the free fast
  * path's registry test fails for a .bss address.
@@ -68,7 +68,7 @@ bool arena_owns(const void *p)
 	return (uintptr_t)p - (uintptr_t)arena < ARENA_SIZE;
 }
 
-/* arena_lock held */
+/* arena_lock held (or elided) */
 static void arena_end_locked(void)
 {
 	WRITE_ONCE(kmalloc_arena_on, false);

@@ -554,15 +554,6 @@ static inline void name_copy(char *dst, size_t size, const char *src)
 
 /* ---- cache.c: per-thread heap access ---------------------------------------- */
 
-/*
- * The calling thread's identity as the free fast path compares it with
- * slab->owner_tp: the thread pointer, one %fs-relative operand on x86-64 (no
- * GOT load as for tls_heap). Unique among live threads; a new thread may
- * reuse a dead one's, which is harmless because a thread's exit flush
- * unfreezes every slab it owned (and a fork child's threads may inherit the
- * value of a thread that did not survive the fork, whose slabs are then as
- * unreachable as before: see process.c).
- */
 /* The process has never made a second thread (glibc's
  * __libc_single_threaded: it goes false, for good, before one starts);
  * false when the C library cannot say. */
@@ -575,6 +566,15 @@ static inline bool process_single_threaded(void)
 #endif
 }
 
+/*
+ * The calling thread's identity as the free fast path compares it with
+ * slab->owner_tp: the thread pointer, one %fs-relative operand on x86-64 (no
+ * GOT load as for tls_heap). Unique among live threads; a new thread may
+ * reuse a dead one's, which is harmless because a thread's exit flush
+ * unfreezes every slab it owned (and a fork child's threads may inherit the
+ * value of a thread that did not survive the fork, whose slabs are then as
+ * unreachable as before: see process.c).
+ */
 static inline uintptr_t thread_self(void)
 {
 #if defined(__has_builtin) && __has_builtin(__builtin_thread_pointer)

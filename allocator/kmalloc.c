@@ -734,15 +734,14 @@ void *kmalloc_resize(void *p, size_t n)
 {
 	struct slab *slab = ptr_to_slab(p);
 	struct huge h;
+	size_t have = 0;   /* a small block's (slab or arena) usable size */
 
-	if (slab && slab->kind == SLAB_KIND_SLAB) {
-		size_t have = slab->cache->stride;
+	if (slab && slab->kind == SLAB_KIND_SLAB)
+		have = slab->cache->stride;
+	else if (!slab && arena_owns(p))   /* realloc checked it (usable size) */
+		have = arena_usable_size(p, "realloc");
+	if (have)   /* in place while it fits and would not fit in half */
 		return (n <= have && (n > have / 2 || have <= 16)) ? p : NULL;
-	}
-	if (!slab && arena_owns(p)) {   /* realloc checked it (usable size) */
-		size_t have = arena_usable_size(p, "realloc");
-		return (n <= have && (n > have / 2 || have <= 16)) ? p : NULL;
-	}
 	if (slab) {   /* large */
 		if (n <= SMALL_MAX || n > LARGE_MAX)
 			return NULL;

@@ -477,7 +477,10 @@ static inline uintptr_t slab_start(const struct slab *slab)
 }
 
 /* ---- os.c ---------------------------------------------------------------- */
-void *os_map_aligned(size_t size, size_t align);
+#define HUGE_PAGE_SIZE (2ul << 20)   /* a transparent huge page (x86-64, arm64 4K) */
+void *os_map(size_t size, size_t align, size_t skew, bool reserve);
+void *os_map_aligned(size_t size, size_t align);   /* os_map, not reserved */
+void os_hugepage(void *p, size_t size, bool on);
 void os_unmap(void *p, size_t size);
 void os_decommit(void *p, size_t size);
 void os_populate(void *p, size_t size);   /* best effort: fault in at once */

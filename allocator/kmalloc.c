@@ -536,13 +536,34 @@ size_t kmalloc_huge_cached_bytes(void)
 }
 
 /*
+ * Where a huge block starts past a 2 MiB boundary when it asks for huge
+ * pages. The kernel gives a huge page only to an aligned 2 MiB range wholly
+ * inside the mapping; the partial ranges at the two ends stay in 4 KiB
+ * pages. The start is placed so that both of those are about 1 MiB or more:
+ * a buffer touched only at its ends (filled from the front, like a vector,
+ * or from both ends, like sort's text and line records) costs what it
+ * touches, and huge pages serve the interior, which a block gets to only
+ * by being filled. Blocks under about 4 MiB thus get none.
+ */
+static size_t huge_thp_skew(size_t len)
+{
+	size_t r = len & (HUGE_PAGE_SIZE - 1), half = HUGE_PAGE_SIZE / 2;
+
+	if (r < half)   /* head 1 MiB + r ... tail ends 1 MiB past a boundary */
+		return half - r;
+	/* head 2 MiB less a page, tail r + a page; an end on a boundary
+	 * would make the last range whole, so then start 1 MiB in */
+	return r + os_page_size() < HUGE_PAGE_SIZE ? os_page_size() : half;
+}
+
+/*
  * A huge block: a mapping of its own, or a cached range. An alignment above
  * the page size takes align - page bytes more (mmap and the cache hand out
  * page-aligned ranges, so the aligned start is always within reach): the
  * head before it is never touched, so it costs address space, not memory,
  * and the whole range goes back to the cache on free like any other.
  */
-static void *huge_alloc(size_t n, size_t align, bool *zeroed)
+static void *huge_alloc(size_t n, size_t align, bool thp_wanted, bool *zeroed)
 {
 	size_t page = os_page_size();
 	size_t len = round_up(n, page);
@@ -559,12 +580,15 @@ static void *huge_alloc(size_t n, size_t align, bool *zeroed)
 	map = huge_cache_take(map_len, &origin);
 	*zeroed = !map;
 	if (!map) {
-		void *m = mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-			       -1, 0);
-		if (m == MAP_FAILED) {
-			errno = ENOMEM;
+		bool thp = thp_wanted && align <= page && map_len >= 2 * HUGE_PAGE_SIZE &&
+			   option(OPT_HUGE_PAGES);
+		void *m = thp ? os_map(map_len, HUGE_PAGE_SIZE, huge_thp_skew(map_len), true) :
+				os_map(map_len, page, 0, true);
+
+		if (!m)
 			return NULL;
-		}
+		if (thp)   /* the whole mapping: one VMA still, so mremap works */
+			os_hugepage(m, map_len, true);
 		map = (uintptr_t)m;
 		origin = huge_new_origin();
 	}
@@ -625,8 +649,10 @@ void *malloc_large_or_huge(size_t n, size_t align, bool *zeroed)
 		}
 		return large_alloc(n, zeroed);
 	}
+	/* calloc (zeroed) gets no huge pages: a big zeroed table is often
+	 * touched here and there, and a 4 KiB page costs only where it is */
 	bool z = false;
-	void *p = huge_alloc(n, align, &z);
+	void *p = huge_alloc(n, align, !zeroed, &z);
 	if (zeroed)
 		*zeroed = z;
 	return p;

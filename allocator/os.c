@@ -21,31 +21,42 @@ size_t os_page_size(void)
 }
 
 /*
- * Map size bytes aligned to align (a power of two >= the page size): map
- * size + align, then trim the unaligned head and the tail.
- * Returns NULL with errno = ENOMEM on failure.
+ * Map size bytes starting skew bytes past an align boundary (align a power
+ * of two >= the page size, skew < align and page-aligned): map
+ * size + align + skew - page (mmap's result is page-aligned, so such a
+ * start lies within), then trim the head and the tail. reserve: count the
+ * mapping against the overcommit limit (huge blocks, so that a request the
+ * system cannot back fails as under glibc); segments and metadata are mapped
+ * MAP_NORESERVE. Returns NULL with errno = ENOMEM on failure.
  */
-void *os_map_aligned(size_t size, size_t align)
+void *os_map(size_t size, size_t align, size_t skew, bool reserve)
 {
-	size_t len = size + align;
+	size_t len = size + align + skew - os_page_size();
 	char *p, *q;
 
 	if (len < size) {
 		errno = ENOMEM;
 		return NULL;
 	}
-	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-		 -1, 0);
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | (reserve ? 0 : MAP_NORESERVE), -1, 0);
 	if (p == MAP_FAILED) {
 		errno = ENOMEM;
 		return NULL;
 	}
-	q = (char *)round_up((uintptr_t)p, align);
+	q = (char *)round_up((uintptr_t)p, align) + skew;
+	if (q - align >= p)
+		q -= align;
 	if (q > p)
 		munmap(p, q - p);
 	if (p + len > q + size)
 		munmap(q + size, (p + len) - (q + size));
 	return q;
+}
+
+void *os_map_aligned(size_t size, size_t align)
+{
+	return os_map(size, align, 0, false);
 }
 
 void os_unmap(void *p, size_t size)
@@ -76,6 +87,19 @@ void os_populate(void *p, size_t size)
 		return;
 	if (madvise(p, size, MADV_POPULATE_WRITE) != 0 && errno == EINVAL)
 		WRITE_ONCE(unsupported, 1);
+}
+
+/*
+ * Ask for (on) or against transparent huge pages over [p, p + size), page
+ * aligned. Under the kernel's THP mode "madvise" (Debian's default) only
+ * ranges asked for get them, and only over whole aligned 2 MiB pages
+ * inside the range: one fault and one zeroing per 2 MiB instead of 512.
+ * The flag is per mapping (VMA): over a whole mapping it splits nothing.
+ * Best effort: without THP it does nothing.
+ */
+void os_hugepage(void *p, size_t size, bool on)
+{
+	madvise(p, size, on ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
 }
 
 /* A cheap clock for decay decisions (the vDSO's coarse monotonic clock). */

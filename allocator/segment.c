@@ -66,8 +66,12 @@ static struct segment *segment_map(void)
 	struct segment *seg = (struct segment *)huge_cache_take_aligned(SEG_SIZE, SEG_SIZE);
 	bool recycled = seg != NULL;
 
-	if (recycled)
+	if (recycled) {
+		/* slabs are purged unit by unit: no huge pages under them */
+		if (option(OPT_HUGE_PAGES))
+			os_hugepage(seg, SEG_SIZE, false);
 		memset(seg, 0, sizeof(*seg));   /* the header; the units keep their pages */
+	}
 	else if (!(seg = os_map_aligned(SEG_SIZE, SEG_SIZE)))
 		return NULL;
 	if ((uintptr_t)seg >> REG_ADDR_BITS) {   /* outside what the registry covers */

@@ -81,6 +81,56 @@ static inline uint64_t test_rand(uint64_t *s)
 	return x * 0x2545F4914F6CDD1Dull;
 }
 
+/* The mapping (VMA) that holds p, from /proc/self/smaps: its bounds, its
+ * transparent-huge-page flags (VmFlags "hg" = MADV_HUGEPAGE, "nh" =
+ * MADV_NOHUGEPAGE), THPeligible and AnonHugePages (KiB). False if no
+ * mapping holds p. Reads the file with stdio: call it where stdio may
+ * allocate. */
+struct test_vma {
+	uintptr_t start, end;
+	int hg, nh, thp_eligible;
+	long anon_huge_kb;
+};
+
+static inline int test_vma_of(const void *p, struct test_vma *v)
+{
+	FILE *f = fopen("/proc/self/smaps", "r");
+	char line[512];
+	int in = 0, found = 0;
+
+	*v = (struct test_vma){ 0, 0, 0, 0, -1, -1 };
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+		char c;
+
+		if (sscanf(line, "%lx-%lx %c", &lo, &hi, &c) == 3) {   /* a mapping's line */
+			if (found)
+				break;
+			in = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+			if (in) {
+				found = 1;
+				v->start = lo;
+				v->end = hi;
+			}
+			continue;
+		}
+		if (!in)
+			continue;
+		if (!strncmp(line, "THPeligible:", 12))
+			v->thp_eligible = atoi(line + 12);
+		else if (!strncmp(line, "AnonHugePages:", 14))
+			v->anon_huge_kb = atol(line + 14);
+		else if (!strncmp(line, "VmFlags:", 8)) {
+			v->hg = strstr(line, " hg") != NULL;
+			v->nh = strstr(line, " nh") != NULL;
+		}
+	}
+	fclose(f);
+	return found;
+}
+
 #endif
 
 #ifdef USLAB_TEST_PRELOAD

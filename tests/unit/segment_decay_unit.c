@@ -14,7 +14,9 @@
  *                with the fewest clean units, not the first free one
  *   carve        a new segment is carved from a cached huge range before
  *                anything is mapped; its units count as dirty (never handed
- *                out as zeroed) and the range's rest stays cached
+ *                out as zeroed), the range's rest stays cached, and the
+ *                segment is marked MADV_NOHUGEPAGE (the block was marked
+ *                MADV_HUGEPAGE)
  *
  * A unit's state comes from the segment's maps (segment_unit_state), not
  * from mincore(): the host may page memory out behind our back.
@@ -193,6 +195,10 @@ static void test_carve(void)
 			CHECK(!zeroed);   /* it still holds the block's bytes */
 			CHECK_EQ((unsigned char)m[0], 0x77);
 			CHECK_EQ(segment_unit_state(m + UNIT_SIZE * (SEG_UNITS / 4)), DIRTY);
+			/* the block asked for huge pages; slabs are purged unit by
+			 * unit, so the segment asks against them */
+			struct test_vma v;
+			CHECK(test_vma_of(m, &v) && v.nh == !!option(OPT_HUGE_PAGES) && !v.hg);
 		}
 	}
 	CHECK(found);

@@ -17,8 +17,9 @@
  * that code - or of one of the three below it, if the block is at most
  * twice their size - takes it; the last block cut is uncut instead, so a
  * temporary block costs nothing. The arena ends, for good, at the first
- * request it cannot serve or after ARENA_ALLOCS_MAX blocks (a program
- * cycling a few blocks would otherwise stay on the slow path); from then on
+ * request it cannot serve, after ARENA_ALLOCS_MAX blocks (a program
+ * cycling a few blocks would otherwise stay on the slow path), or at the
+ * first request once a second thread has started; from then on
  * requests go to the classes, and blocks still in the arena are freed into
  * it as before (and never reused: at most ARENA_SIZE bytes).
  *
@@ -28,7 +29,9 @@
  * a live block from a freed one exactly, as it does for slabs.
  *
  * Everything is under arena_lock (a leaf lock; elided while the process has
- * one thread, see arena_lock_take): the arena is only on slow paths. The fast paths never see it: a malloc reaches it only when its
+ * one thread, see arena_lock_take; after that only free, realloc and
+ * malloc_usable_size of the blocks it holds take it): the arena is only on
+ * slow paths. The fast paths never see it: a malloc reaches it only when its
  * class's cpu freelist is empty (while the arena lasts, classes get slabs
  * only through aligned requests and the cache API), and the free fast
  * path's registry test fails for a .bss address.
@@ -133,7 +136,11 @@ static void *arena_take(unsigned code)
 	bool held = arena_lock_take();
 	if (!kmalloc_arena_on)
 		goto out;
-	if (!option(OPT_STARTUP_ARENA)) {
+	/* Ends when a second thread has started (the lock is then held): the
+	 * blocks of two threads packed side by side would share cache lines,
+	 * each thread's writes evicting the other's (false sharing), which a
+	 * slab per thread avoids - cache_thrash at 2 threads ran 0.15 -> 0.86 s */
+	if (held || !option(OPT_STARTUP_ARENA)) {
 		arena_end_locked();
 		goto out;
 	}

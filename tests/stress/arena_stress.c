@@ -1,14 +1,18 @@
-/* arena_stress - threads allocate from the start-up arena at once, free each
- * other's blocks, and carry on across its end (slabs from then on) with
- * arena blocks still live. Every block carries its owner's tag and is checked
- * before it is freed; at the end every cache and descriptor is validated. */
+/* arena_stress - the start-up arena across the start of threads. The main
+ * thread, alone, allocates tagged blocks from the arena; then threads start,
+ * and the arena ends at the first request after that (blocks of two threads
+ * packed side by side would share cache lines). The threads free the main
+ * thread's arena blocks at once (each block exactly once, under the arena's
+ * lock now), allocate from slabs, and free each other's blocks. Every block
+ * is checked against its tag before it is freed; no block a thread gets may
+ * come from the arena; at the end every cache and descriptor is validated. */
 #include "test.h"
 #include "kmalloc_check.h"
 #include "uslab.h"
 
 #include <pthread.h>
 
-enum { THREADS = 4, ROUNDS = 3000, SLOTS = 64 };
+enum { THREADS = 4, ROUNDS = 3000, SLOTS = 64, EARLY = 256 };
 
 struct slot {
 	unsigned char *p;
@@ -16,6 +20,8 @@ struct slot {
 	unsigned tag;
 };
 
+/* early[t]: arena blocks the main thread made before the threads, for t */
+static struct slot early[THREADS][EARLY];
 /* handoff[t]: blocks thread t left for thread (t + 1) % THREADS to free */
 static struct slot handoff[THREADS][SLOTS];
 static pthread_mutex_t handoff_lock[THREADS];
@@ -39,6 +45,10 @@ static void *worker(void *arg)
 	pthread_barrier_wait(&start);
 	for (unsigned r = 0; r < ROUNDS; r++) {
 		seed = seed * 1103515245u + 12345u;
+		if (r < EARLY) {   /* the main thread's arena blocks, interleaved */
+			REQUIRE(check_block(&early[t][r]));
+			uslab_free(early[t][r].p);
+		}
 		unsigned k = (seed >> 8) % SLOTS;
 		if (mine[k].p) {
 			REQUIRE(check_block(&mine[k]));
@@ -87,8 +97,25 @@ static void *worker(void *arg)
 int main(void)
 {
 	pthread_t th[THREADS];
+	unsigned seed = 7;
 
 	CHECK(kmalloc_arena_on);
+	for (unsigned t = 0; t < THREADS; t++)
+		for (unsigned i = 0; i < EARLY; i++) {
+			struct slot *s = &early[t][i];
+
+			seed = seed * 1103515245u + 12345u;
+			s->n = 1 + (seed >> 16) % ((seed & 15) ? 160 : 3000);
+			s->p = uslab_malloc(s->n);
+			REQUIRE(s->p != NULL);
+			CHECK(arena_owns(s->p));
+			s->tag = t * EARLY + i;
+			memset(s->p, (unsigned char)s->tag, s->n);
+		}
+	size_t early_live = arena_live_bytes();
+	CHECK(early_live > 0);
+	CHECK(kmalloc_arena_on);   /* one thread so far: still serving */
+
 	pthread_barrier_init(&start, NULL, THREADS);
 	for (unsigned t = 0; t < THREADS; t++)
 		pthread_mutex_init(&handoff_lock[t], NULL);
@@ -103,11 +130,11 @@ int main(void)
 				CHECK(check_block(&handoff[t][k]));
 				uslab_free(handoff[t][k].p);
 			}
-	printf("%ld blocks came from the arena; it has %s\n", arena_blocks_seen,
-	       kmalloc_arena_on ? "not ended" : "ended");
-	CHECK(arena_blocks_seen > 100);
-	CHECK(!kmalloc_arena_on);   /* the 20 KB blocks use it up */
-	CHECK_EQ(arena_live_bytes(), 0);
+	printf("%zu bytes in %d arena blocks before the threads; %ld blocks from the arena "
+	       "after\n", early_live, THREADS * EARLY, arena_blocks_seen);
+	CHECK_EQ(arena_blocks_seen, 0);   /* ended at the threads' first request */
+	CHECK(!kmalloc_arena_on);
+	CHECK_EQ(arena_live_bytes(), 0);   /* every early block freed, once */
 	CHECK_EQ(kmalloc_validate_all(), 0);
 	return test_done("arena_stress");
 }

@@ -753,20 +753,18 @@ size_t kmalloc_usable_size(const void *p, const char *call)
 /*
  * Resize p in place when its block allows it: the same small class range,
  * a large run that can grow into free neighbouring units or shrink, or a
- * huge mapping that mremap can resize (moving it if needed). Returns the
- * (possibly moved) block, or NULL when the caller must allocate and copy.
+ * huge mapping that mremap can resize (moving it if needed). have is p's
+ * usable size (kmalloc_usable_size: realloc has checked p with it). Returns
+ * the (possibly moved) block, or NULL when the caller must allocate and copy.
  */
-void *kmalloc_resize(void *p, size_t n)
+void *kmalloc_resize(void *p, size_t n, size_t have)
 {
 	struct slab *slab = ptr_to_slab(p);
 	struct huge h;
-	size_t have = 0;   /* a small block's (slab or arena) usable size */
 
-	if (slab && slab->kind == SLAB_KIND_SLAB)
-		have = slab->cache->stride;
-	else if (!slab && arena_owns(p))   /* realloc checked it (usable size) */
-		have = arena_usable_size(p, "realloc");
-	if (have)   /* in place while it fits and would not fit in half */
+	/* a small block (slab object or arena block): in place while it fits
+	 * and would not fit in half */
+	if ((slab && slab->kind == SLAB_KIND_SLAB) || (!slab && arena_owns(p)))
 		return (n <= have && (n > have / 2 || have <= 16)) ? p : NULL;
 	if (slab) {   /* large */
 		if (n <= SMALL_MAX || n > LARGE_MAX)

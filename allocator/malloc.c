@@ -61,7 +61,7 @@ USLAB_API void *uslab_realloc(void *p, size_t n)
 		return NULL;
 	}
 	size_t have = kmalloc_usable_size(p, "realloc");
-	q = kmalloc_resize(p, n);
+	q = kmalloc_resize(p, n, have);
 	if (q)
 		return q;
 	q = kmalloc(n);

@@ -15,6 +15,9 @@
  *                  each child checks inherited blocks, allocates from its
  *                  thread and from a new one, and _exits 0. alarm() in the
  *                  child turns a deadlock into a failure.
+ *   lines          two live threads allocating small blocks side by side
+ *                  after the main thread alone: no 64-byte cache line holds
+ *                  blocks of both (false sharing).
  *
  * Each phase runs in its own forked process, so each has its own VmHWM.
  * `malloc_threads PHASE` runs one phase. USLAB_TEST_ALLOW_GLIBC=1 runs the
@@ -671,6 +674,97 @@ static void phase_forkloop(void)
 
 /* ---- driver --------------------------------------------------------------------- */
 
+/* ---- lines: two live threads' blocks never share a cache line ------------ */
+
+enum { LINE = 64, LINE_BLOCKS = 200 };
+static const size_t line_sizes[] = { 16, 48, 64, 100 };
+#define LINE_N (LINE_BLOCKS * (sizeof(line_sizes) / sizeof(line_sizes[0])))
+static char *line_blocks[2][LINE_N];
+static pthread_barrier_t line_barrier;
+
+static void *line_worker(void *arg)
+{
+	int t = (int)(uintptr_t)arg;
+
+	pthread_barrier_wait(&line_barrier);   /* both alive, allocating together */
+	for (size_t i = 0; i < LINE_N; i++) {
+		size_t n = line_sizes[i % (sizeof(line_sizes) / sizeof(line_sizes[0]))];
+
+		line_blocks[t][i] = malloc(n);
+		REQUIRE(line_blocks[t][i] != NULL);
+		memset(line_blocks[t][i], 'a' + t, n);
+		if (i % 16 == 0)
+			sched_yield();   /* interleave the two threads' requests */
+	}
+	pthread_barrier_wait(&line_barrier);   /* both keep their blocks until checked */
+	pthread_barrier_wait(&line_barrier);
+	for (size_t i = 0; i < LINE_N; i++)
+		free(line_blocks[t][i]);
+	return NULL;
+}
+
+static int cmp_uptr(const void *a, const void *b)
+{
+	uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * Blocks two live threads allocate side by side: no 64-byte line may hold
+ * bytes of both, or each thread's writes would evict the other's line
+ * (false sharing). A slab per thread gives that; the start-up arena, which
+ * packs blocks densely, must have ended when the second thread started. The
+ * main thread allocates first, alone, as a program starting up does.
+ */
+static void phase_lines(void)
+{
+	pthread_t th[2];
+	void *early[64];
+	static uintptr_t lines[2][LINE_N * 3];
+	size_t nl[2] = { 0, 0 };
+
+	for (int i = 0; i < 64; i++)
+		REQUIRE((early[i] = malloc(16 + (size_t)i * 8)) != NULL);
+	REQUIRE(pthread_barrier_init(&line_barrier, NULL, 3) == 0);
+	for (int t = 0; t < 2; t++)
+		REQUIRE(pthread_create(&th[t], NULL, line_worker, (void *)(uintptr_t)t) == 0);
+	pthread_barrier_wait(&line_barrier);
+	pthread_barrier_wait(&line_barrier);
+	for (int t = 0; t < 2; t++) {
+		for (size_t i = 0; i < LINE_N; i++) {
+			uintptr_t p = (uintptr_t)line_blocks[t][i];
+			size_t n = line_sizes[i % (sizeof(line_sizes) / sizeof(line_sizes[0]))];
+
+			CHECK((unsigned char)line_blocks[t][i][n - 1] == 'a' + t);
+			for (uintptr_t l = p / LINE; l <= (p + n - 1) / LINE; l++)
+				lines[t][nl[t]++] = l;
+		}
+		qsort(lines[t], nl[t], sizeof(uintptr_t), cmp_uptr);
+	}
+	size_t shared = 0;
+	for (size_t i = 0, j = 0; i < nl[0] && j < nl[1];) {
+		if (lines[0][i] == lines[1][j]) {
+			shared++;
+			i++;
+			j++;
+		} else if (lines[0][i] < lines[1][j]) {
+			i++;
+		} else {
+			j++;
+		}
+	}
+	if (on_uslab)
+		CHECK_EQ(shared, 0);
+	else
+		printf("  lines: %zu cache lines hold blocks of both threads\n", shared);
+	pthread_barrier_wait(&line_barrier);
+	for (int t = 0; t < 2; t++)
+		REQUIRE(pthread_join(th[t], NULL) == 0);
+	for (int i = 0; i < 64; i++)
+		free(early[i]);
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
@@ -679,6 +773,7 @@ static const struct {
 	{ "short_threads", phase_short_threads },
 	{ "prodcons", phase_prodcons },
 	{ "forkloop", phase_forkloop },
+	{ "lines", phase_lines },
 };
 
 int main(int argc, char **argv)

@@ -561,7 +561,9 @@ static size_t huge_thp_skew(size_t len)
  * the page size takes align - page bytes more (mmap and the cache hand out
  * page-aligned ranges, so the aligned start is always within reach): the
  * head before it is never touched, so it costs address space, not memory,
- * and the whole range goes back to the cache on free like any other.
+ * and the whole range goes back to the cache on free like any other. A
+ * fresh mapping of 4 MiB or more asks for huge pages if thp_wanted and the
+ * block is not over-aligned (huge_thp_skew places it).
  */
 static void *huge_alloc(size_t n, size_t align, bool thp_wanted, bool *zeroed)
 {

@@ -23,35 +23,36 @@ size_t os_page_size(void)
 /*
  * Map size bytes starting skew bytes past an align boundary (align a power
  * of two >= the page size, skew < align and page-aligned): map
- * size + align + skew - page (mmap's result is page-aligned, so such a
- * start lies within), then trim the head and the tail. reserve: count the
- * mapping against the overcommit limit (huge blocks, so that a request the
- * system cannot back fails as under glibc); segments and metadata are mapped
- * MAP_NORESERVE. Returns NULL with errno = ENOMEM on failure.
+ * size + align - page (mmap's result is page-aligned, so the first such
+ * start at or above it lies within), then trim the head and the tail.
+ * reserve: count the mapping against the overcommit limit (huge blocks, so
+ * that a request the system cannot back fails as under glibc); segments and
+ * metadata are mapped MAP_NORESERVE. Returns NULL with errno = ENOMEM on
+ * failure.
  */
 void *os_map(size_t size, size_t align, size_t skew, bool reserve)
 {
-	size_t len = size + align + skew - os_page_size();
-	char *p, *q;
+	size_t len = size + align - os_page_size();
+	uintptr_t p, q;
+	void *m;
 
 	if (len < size) {
 		errno = ENOMEM;
 		return NULL;
 	}
-	p = mmap(NULL, len, PROT_READ | PROT_WRITE,
+	m = mmap(NULL, len, PROT_READ | PROT_WRITE,
 		 MAP_PRIVATE | MAP_ANONYMOUS | (reserve ? 0 : MAP_NORESERVE), -1, 0);
-	if (p == MAP_FAILED) {
+	if (m == MAP_FAILED) {
 		errno = ENOMEM;
 		return NULL;
 	}
-	q = (char *)round_up((uintptr_t)p, align) + skew;
-	if (q - align >= p)
-		q -= align;
+	p = (uintptr_t)m;
+	q = round_up(p - skew, align) + skew;   /* modulo 2^64: p <= q <= p + align - page */
 	if (q > p)
-		munmap(p, q - p);
+		munmap(m, q - p);
 	if (p + len > q + size)
-		munmap(q + size, (p + len) - (q + size));
-	return q;
+		munmap((void *)(q + size), (p + len) - (q + size));
+	return (void *)q;
 }
 
 void *os_map_aligned(size_t size, size_t align)

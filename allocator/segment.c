@@ -71,9 +71,9 @@ static struct segment *segment_map(void)
 		if (option(OPT_HUGE_PAGES))
 			os_hugepage(seg, SEG_SIZE, false);
 		memset(seg, 0, sizeof(*seg));   /* the header; the units keep their pages */
-	}
-	else if (!(seg = os_map_aligned(SEG_SIZE, SEG_SIZE)))
+	} else if (!(seg = os_map_aligned(SEG_SIZE, SEG_SIZE))) {
 		return NULL;
+	}
 	if ((uintptr_t)seg >> REG_ADDR_BITS) {   /* outside what the registry covers */
 		os_unmap(seg, SEG_SIZE);
 		errno = ENOMEM;

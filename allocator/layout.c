@@ -2,7 +2,7 @@
 /*
  * layout.c - the library's big zero-initialised arrays, defined here, in
  * this order (compiled with -fno-toplevel-reorder), and linked after every
- * other object of the library (allocator/CMakeLists.txt).
+ * other object of the library but atomic/dwcas.c (allocator/CMakeLists.txt).
  *
  * A short-lived program pays about 15 us for each page it touches first on a
  * VM, a read of a zero page included. Defined where they are used, these
@@ -11,19 +11,24 @@
  * come last, so all the small variables are packed together right after
  * .data (whose last page the dynamic loader writes anyway), and nothing in
  * .bss asks for page alignment, which would start .bss on a fresh page.
+ * dwcas.c is linked after this file: its lock-path stripes (4 KiB, which
+ * nobody touches while cmpxchg16b serves) come after these arrays, and its
+ * two small variables are placed in .data.
  *
  * Keep the small variables within the page .data ends in: `nm -n` on
- * libuslab.so shows where each lands (session 8: .data from 0x17120, the
- * last small variable, __dwcas_mode, at 0x17e40). Cold arrays that are
- * small but not tiny (the purge's in-flight record) live here too.
+ * libuslab.so shows where each lands (session 9: .data from 0x17120, the
+ * last small variable, the arena's free lists, ending at 0x17e80, where the
+ * registry starts). Cold arrays that are small but not tiny (the purge's
+ * in-flight record) live here too.
  *
  * The order: the segment registry first, so that its entry 0 - which
- * free(NULL) reads - is next to the small variables (one page on: the dwcas
- * stripes, 4 KiB nobody touches with cmpxchg16b, sit between); then the
- * empty heap, whose first lines every malloc reads before the thread has a
- * heap, close to the registry's entries for high addresses (where libraries
- * and mappings are), so that both tend to share a page table; then the
- * kmalloc caches, and the start-up arena with its granule map.
+ * free(NULL) reads - shares the small variables' page (session 8 had the
+ * dwcas stripes between: one more page touched by nearly every process);
+ * then the empty heap, whose first lines every malloc reads before the
+ * thread has a heap, close to the registry's entries for high addresses
+ * (where libraries and mappings are), so that both tend to share a page
+ * table; then the kmalloc caches, and the start-up arena with its granule
+ * map.
  */
 #include "kmalloc.h"
 

@@ -27,7 +27,15 @@ int __dwcas_lse;
 
 #define DWCAS_STRIPES 64
 
-int __dwcas_mode;
+/*
+ * In .data, though zero: libuslab links this file after its big .bss arrays
+ * (allocator/layout.c), so that the 4 KiB of stripes below, which nobody
+ * touches while cmpxchg16b serves, come last; the small variables stay in
+ * the page .data ends in, which the loader writes anyway.
+ */
+#define DWCAS_DATA __attribute__((section(".data")))
+
+int __dwcas_mode DWCAS_DATA;
 
 static struct {
 	spinlock_t lock;
@@ -156,7 +164,7 @@ bool __dwcas_slow(dword_t *p, dword_t *old, dword_t nw)
  * (a shell forks for each command): so the handlers skip them. The choice
  * is made in prepare, before the fork, and read (never written) after it.
  */
-static bool stripes_held;
+static bool stripes_held DWCAS_DATA;
 
 void dwcas_lock_all(void)
 {

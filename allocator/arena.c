@@ -19,7 +19,7 @@
  * temporary block costs nothing. The arena ends, for good, at the first
  * request it cannot serve, after ARENA_ALLOCS_MAX blocks (a program
  * cycling a few blocks would otherwise stay on the slow path), or at the
- * first request once a second thread has started; from then on
+ * first request of a second thread; from then on
  * requests go to the classes, and blocks still in the arena are freed into
  * it as before (and never reused: at most ARENA_SIZE bytes).
  *
@@ -53,6 +53,7 @@ static void *arena_free_list[ARENA_LARGE_CODE + ARENA_LARGE_PAGES + 1];   /* by 
 static uint32_t arena_cut;          /* bytes cut so far: blocks are below */
 static uint32_t arena_allocs;       /* blocks handed out, reuse included */
 static size_t arena_live;           /* bytes in live blocks */
+static uintptr_t arena_thread;      /* thread_self() of the one thread it serves */
 static spinlock_t arena_lock = SPINLOCK_INIT;
 bool kmalloc_arena_on = true;       /* read without the lock: it only goes off */
 
@@ -136,11 +137,16 @@ static void *arena_take(unsigned code)
 	bool held = arena_lock_take();
 	if (!kmalloc_arena_on)
 		goto out;
-	/* Ends when a second thread has started (the lock is then held): the
+	/* Serves one thread: it ends at the first request of another. The
 	 * blocks of two threads packed side by side would share cache lines,
 	 * each thread's writes evicting the other's (false sharing), which a
-	 * slab per thread avoids - cache_thrash at 2 threads ran 0.15 -> 0.86 s */
-	if (held || !option(OPT_STARTUP_ARENA)) {
+	 * slab per thread avoids - cache_thrash at 2 threads ran 0.15 -> 0.86 s.
+	 * (Not "once the process has two threads": a sanitizer's runtime
+	 * thread, or a thread that never allocates, leaves it serving.) */
+	uintptr_t me = thread_self();
+	if (!arena_thread)
+		arena_thread = me;
+	if (me != arena_thread || !option(OPT_STARTUP_ARENA)) {
 		arena_end_locked();
 		goto out;
 	}

@@ -2,13 +2,15 @@
  * blocks are cut densely from one static region, one after another; freed
  * ones are reused by their class; sizes, alignment, content, realloc and
  * calloc behave as for slabs; misuse is caught exactly; the arena ends after
- * ARENA_ALLOCS_MAX blocks or when it is used up, and slabs serve from then on
- * while its blocks can still be freed. Runs with the arena on (the CMake
+ * ARENA_ALLOCS_MAX blocks, when it is used up or at the first request of a
+ * second thread (not when a thread that does not allocate starts), and slabs
+ * serve from then on while its blocks can still be freed. Runs with the arena on (the CMake
  * rule gives every other test USLAB_STARTUP_ARENA=0). */
 #include "test.h"
 #include "kmalloc_check.h"
 #include "uslab.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -247,6 +249,58 @@ static void check_end_when_full(void)
 	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
+static pthread_barrier_t second_barrier;
+static void *second_block;
+
+static void *second_thread(void *arg)
+{
+	(void)arg;
+	pthread_barrier_wait(&second_barrier);   /* main allocates meanwhile */
+	second_block = uslab_malloc(40);
+	pthread_barrier_wait(&second_barrier);
+	return NULL;
+}
+
+/* The arena serves one thread: a second thread's first request ends it (two
+ * threads' blocks cut side by side would share cache lines), while a second
+ * thread that has not allocated leaves it serving. In a child process. */
+static void check_end_at_second_thread(void)
+{
+	pid_t pid = fork();
+
+	REQUIRE(pid >= 0);
+	if (pid == 0) {
+		pthread_t th;
+		void *a = uslab_malloc(40);
+		bool ok = a && arena_owns(a);
+
+		pthread_barrier_init(&second_barrier, NULL, 2);
+		if (pthread_create(&th, NULL, second_thread, NULL))
+			_exit(2);
+		void *b = uslab_malloc(40);   /* two threads, one allocating */
+		ok = ok && b && arena_owns(b) && kmalloc_arena_on;
+		pthread_barrier_wait(&second_barrier);
+		pthread_barrier_wait(&second_barrier);
+		pthread_join(th, NULL);
+		void *c = uslab_malloc(40);
+		ok = ok && second_block && !arena_owns(second_block) && !kmalloc_arena_on &&
+		     c && !arena_owns(c);
+		uslab_free(a);
+		uslab_free(b);
+		uslab_free(c);
+		uslab_free(second_block);
+		ok = ok && kmalloc_validate_all() == 0 && arena_live_bytes() == 0;
+		if (!ok)
+			fprintf(stderr, "second thread: the arena %s, the second thread's block %s\n",
+				kmalloc_arena_on ? "serves" : "ended",
+				second_block && arena_owns(second_block) ? "in it" : "outside");
+		_exit(ok ? 0 : 1);
+	}
+	int status;
+	REQUIRE(waitpid(pid, &status, 0) == pid);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
 /* ARENA_ALLOCS_MAX blocks end it, even when all are reused (a program
  * cycling one block must not stay on the slow path); blocks cut before the
  * end are freed into it afterwards, and not handed out again. */
@@ -280,6 +334,7 @@ int main(void)
 	check_uncut_and_reuse();
 	check_misuse();
 	check_end_when_full();
+	check_end_at_second_thread();
 	check_end_after_count();
 	return test_done("arena_unit");
 }

@@ -92,6 +92,17 @@ struct test_vma {
 	long anon_huge_kb;
 };
 
+/* Whether the kernel has transparent huge pages at all (a kernel without
+ * them refuses MADV_HUGEPAGE and VmFlags never show "hg" or "nh"). */
+static inline int test_thp_supported(void)
+{
+	FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+
+	if (f)
+		fclose(f);
+	return f != NULL;
+}
+
 static inline int test_vma_of(const void *p, struct test_vma *v)
 {
 	FILE *f = fopen("/proc/self/smaps", "r");

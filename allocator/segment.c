@@ -394,7 +394,6 @@ void segment_free_units(struct slab *head)
  * meanwhile so nobody can claim memory that is being zapped.
  */
 
-
 /*
  * The ranges a purge has taken off the free maps while it madvises them
  * outside seg_lock: purge_inflight[] (layout.c) and its count, under

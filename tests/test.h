@@ -92,15 +92,25 @@ struct test_vma {
 	long anon_huge_kb;
 };
 
-/* Whether the kernel has transparent huge pages at all (a kernel without
- * them refuses MADV_HUGEPAGE and VmFlags never show "hg" or "nh"). */
-static inline int test_thp_supported(void)
+/* The kernel's transparent-huge-page mode: -1 when it has none at all (it
+ * then refuses MADV_HUGEPAGE, and VmFlags never show "hg" or "nh"), 0 when
+ * it is "never" (marks are kept, no huge page is given), 1 otherwise. */
+static inline int test_thp_mode(void)
 {
 	FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+	char buf[128] = "";
 
-	if (f)
-		fclose(f);
-	return f != NULL;
+	if (!f)
+		return -1;
+	if (!fgets(buf, sizeof(buf), f))
+		buf[0] = 0;
+	fclose(f);
+	return buf[0] && !strstr(buf, "[never]");
+}
+
+static inline int test_thp_supported(void)
+{
+	return test_thp_mode() >= 0;
 }
 
 static inline int test_vma_of(const void *p, struct test_vma *v)

@@ -34,19 +34,6 @@
 
 static size_t page;
 
-static int thp_enabled(void)
-{
-	FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
-	char buf[128] = "";
-
-	if (!f)
-		return 0;
-	if (!fgets(buf, sizeof(buf), f))
-		buf[0] = 0;
-	fclose(f);
-	return buf[0] && !strstr(buf, "[never]");
-}
-
 /* The block p of n bytes is marked as want says; marked, it is a mapping of
  * its own (unmarked, the kernel may merge it with a neighbour). */
 static void check_mapping(const char *what, const void *p, size_t n, int want)
@@ -110,7 +97,7 @@ static void test_touched_and_realloc(void)
 	REQUIRE(test_vma_of(p, &v));
 	uintptr_t lo = round_up(v.start, HP), hi = v.end & ~(HP - 1);
 	CHECK(v.anon_huge_kb >= 0 && (size_t)v.anon_huge_kb * 1024 <= hi - lo);
-	if (thp_enabled())
+	if (test_thp_mode() > 0)
 		CHECK_EQ(v.thp_eligible, 1);
 	printf("12 MiB written: %ld KiB in huge pages (interior %zu KiB)\n", v.anon_huge_kb,
 	       (size_t)(hi - lo) / 1024);

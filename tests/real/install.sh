@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# install.sh - the linked API as a user gets it: `cmake --install` into a
-# prefix, then a program built against it with pkg-config and one with CMake's
-# find_package(uslab) -> uslab::uslab; both run and use a cache and malloc.
+# install.sh - uslab as a user gets it from `cmake --install` into a prefix:
+# the installed commands (bin/uslab runs python3 under the installed library,
+# not the build tree's; bin/uslabinfo --help), the man pages (man -l renders
+# each without a warning), the licence, and the linked API: a program built
+# against it with pkg-config and one with CMake's find_package(uslab) ->
+# uslab::uslab; both run and use a cache and malloc.
 # The build tree is the one that produced $USLAB_LIB.
 set -euo pipefail
 : "${USLAB_LIB:?USLAB_LIB must name the built libuslab.so}"
@@ -12,9 +15,43 @@ fail() { echo "FAIL: install: $*"; exit 1; }
 
 echo "== cmake --install $build --prefix $tmp/prefix"
 cmake --install "$build" --prefix "$tmp/prefix" >"$tmp/install.log" 2>&1 || { cat "$tmp/install.log"; fail "cmake --install"; }
-for f in include/uslab.h lib/libuslab.so lib/libuslab.a lib/pkgconfig/uslab.pc lib/cmake/uslab/uslabConfig.cmake; do
+for f in include/uslab.h lib/libuslab.so lib/libuslab.a lib/pkgconfig/uslab.pc lib/cmake/uslab/uslabConfig.cmake \
+	bin/uslab bin/uslabinfo share/man/man1/uslab.1 share/man/man1/uslabinfo.1 share/man/man3/uslab.3 \
+	share/doc/uslab/LICENSE; do
 	[ -e "$tmp/prefix/$f" ] || fail "missing $f after install"
 done
+[ -x "$tmp/prefix/bin/uslab" ] && [ -x "$tmp/prefix/bin/uslabinfo" ] || fail "bin/uslab, bin/uslabinfo not executable"
+
+echo "== the installed commands"
+# No USLAB_LIB: bin/uslab must find the library installed beside it.
+maps='print(sorted({l.split()[-1] for l in open("/proc/self/maps") if "libuslab" in l}))'
+if command -v python3 >/dev/null; then
+	out=$(cd "$tmp" && env -u USLAB_LIB -u LD_PRELOAD "$tmp/prefix/bin/uslab" run -- python3 -c "$maps") ||
+		fail "installed uslab run -- python3 failed"
+	[[ "$out" == *"'$tmp/prefix/lib/libuslab.so"* ]] ||
+		fail "installed uslab run -- python3 did not run under the installed library: maps $out"
+	echo "uslab run -- python3: $out"
+	env -u USLAB_LIB "$tmp/prefix/bin/uslabinfo" --help | grep -q '^usage: uslabinfo' ||
+		fail "installed uslabinfo --help"
+else
+	echo "python3 not installed: uslab run -- python3 and uslabinfo --help not checked"
+fi
+rc=0
+env -u USLAB_LIB "$tmp/prefix/bin/uslab" run -- uslab-no-such-command 2>/dev/null || rc=$?
+[ "$rc" = 127 ] || fail "installed uslab run -- (missing command): exit $rc, want 127"
+
+echo "== the man pages"
+if command -v man >/dev/null; then
+	for page in man1/uslab.1 man1/uslabinfo.1 man3/uslab.3; do
+		warn=$(MANWIDTH=80 man -l --warnings=w "$tmp/prefix/share/man/$page" 2>&1 >"$tmp/page.txt") ||
+			fail "man -l $page failed: $warn"
+		[ -z "$warn" ] || fail "man -l $page warns: $warn"
+		grep -q '^NAME' "$tmp/page.txt" || fail "man -l $page: no NAME section"
+		echo "man -l $page: $(grep -c . "$tmp/page.txt") lines, no warnings"
+	done
+else
+	echo "man is not installed: the man pages not rendered"
+fi
 
 cat >"$tmp/consumer.c" <<'EOC'
 #include <uslab.h>
@@ -40,11 +77,17 @@ int main(void)
 EOC
 
 echo "== pkg-config build"
-export PKG_CONFIG_PATH="$tmp/prefix/lib/pkgconfig"
-# shellcheck disable=SC2046
-cc -O2 -o "$tmp/pc" "$tmp/consumer.c" $(pkg-config --cflags --libs uslab) -Wl,-rpath,"$tmp/prefix/lib" \
-	|| fail "build with pkg-config"
-"$tmp/pc" || fail "the pkg-config build does not run"
+if command -v pkg-config >/dev/null; then
+	export PKG_CONFIG_PATH="$tmp/prefix/lib/pkgconfig"
+	# shellcheck disable=SC2046
+	cc -O2 -o "$tmp/pc" "$tmp/consumer.c" $(pkg-config --cflags --libs uslab) -Wl,-rpath,"$tmp/prefix/lib" \
+		|| fail "build with pkg-config"
+	"$tmp/pc" || fail "the pkg-config build does not run"
+	pc=pkg-config
+else
+	echo "pkg-config is not installed: the pkg-config consumer not built"
+	pc="no pkg-config"
+fi
 
 echo "== CMake find_package build"
 mkdir -p "$tmp/proj"
@@ -60,4 +103,4 @@ cmake -S "$tmp/proj" -B "$tmp/proj/build" -DCMAKE_PREFIX_PATH="$tmp/prefix" \
 	-DCMAKE_BUILD_RPATH="$tmp/prefix/lib" >"$tmp/cmake.log" 2>&1 || { cat "$tmp/cmake.log"; fail "configure with find_package"; }
 cmake --build "$tmp/proj/build" >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log"; fail "build with find_package"; }
 "$tmp/proj/build/consumer" || fail "the find_package build does not run"
-echo "PASS: install (pkg-config and find_package consumers run)"
+echo "PASS: install (commands, man pages, licence; $pc and find_package consumers run)"

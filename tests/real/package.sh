@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# package.sh - the Debian package: `cpack -G DEB` in the build tree that
+# produced $USLAB_LIB, its contents listed with dpkg-deb -c (commands,
+# library, header, man pages, licence) and its control fields; then the
+# package extracted with dpkg-deb -x and its own usr/bin/uslab run:
+# `uslab run -- python3 -c 'print(1)'` prints 1, under the extracted library.
+set -euo pipefail
+: "${USLAB_LIB:?USLAB_LIB must name the built libuslab.so}"
+build=$(cd "$(dirname "$USLAB_LIB")/.." && pwd)
+for t in cpack dpkg-deb python3; do
+	command -v "$t" >/dev/null || { echo "SKIP: package: '$t' is not installed"; exit 0; }
+done
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: package: $*"; exit 1; }
+
+echo "== cpack -G DEB in $build"
+if ! (cd "$build" && cpack -G DEB -B "$tmp/out") >"$tmp/cpack.log" 2>&1; then
+	cat "$tmp/cpack.log"
+	find "$tmp/out" -name '*Output.log' -exec tail -n 30 {} + 2>/dev/null || true
+	fail "cpack -G DEB"
+fi
+debs=("$tmp"/out/uslab_*.deb)
+[ -f "${debs[0]}" ] || { cat "$tmp/cpack.log"; fail "no uslab_*.deb in $tmp/out"; }
+deb=${debs[0]}
+echo "built $(basename "$deb")"
+
+echo "== dpkg-deb -c"
+dpkg-deb -c "$deb" | awk '{print $6}' >"$tmp/contents"
+for f in ./usr/bin/uslab ./usr/bin/uslabinfo ./usr/include/uslab.h ./usr/share/doc/uslab/LICENSE \
+	./usr/share/man/man1/uslab.1 ./usr/share/man/man1/uslabinfo.1 ./usr/share/man/man3/uslab.3; do
+	grep -qxF "$f" "$tmp/contents" || fail "the package lacks $f"
+done
+grep -qE '^\./usr/lib/(.*/)?libuslab\.so\.[0-9.]+$' "$tmp/contents" || fail "the package lacks libuslab.so"
+grep -qE '^\./usr/lib/(.*/)?pkgconfig/uslab\.pc$' "$tmp/contents" || fail "the package lacks uslab.pc"
+echo "$(wc -l <"$tmp/contents") entries, the expected files among them"
+for field in Package Version Maintainer Depends Description; do
+	v=$(dpkg-deb -f "$deb" "$field")
+	[ -n "$v" ] || fail "control field $field is empty"
+	echo "$field: ${v%%$'\n'*}"
+done
+[ "$(dpkg-deb -f "$deb" Package)" = uslab ] || fail "Package is not uslab"
+
+echo "== dpkg-deb -x, then the package's own uslab"
+dpkg-deb -x "$deb" "$tmp/root" || fail "dpkg-deb -x"
+out=$(cd "$tmp" && env -u USLAB_LIB -u LD_PRELOAD "$tmp/root/usr/bin/uslab" run -- python3 -c 'print(1)') ||
+	fail "the extracted uslab run -- python3 failed"
+[ "$out" = 1 ] || fail "the extracted uslab run -- python3 -c 'print(1)' printed '$out'"
+maps=$(cd "$tmp" && env -u USLAB_LIB "$tmp/root/usr/bin/uslab" run -- python3 -c \
+	'print(sorted({l.split()[-1] for l in open("/proc/self/maps") if "libuslab" in l}))')
+[[ "$maps" == *"'$tmp/root/usr/lib/"*libuslab.so* ]] || fail "not run under the extracted library: $maps"
+echo "uslab run -- python3 -c 'print(1)': $out, under $maps"
+echo "PASS: package ($(basename "$deb"): contents, control fields, the extracted uslab runs python3)"

@@ -246,7 +246,8 @@ int main(void)
 		printf("USLAB_DWCAS forces the locked path: one phase\n");
 		run_phase(DWCAS_LOCKED, secs);
 	} else if (!dwcas_native_available()) {
-		printf("no native double-width CAS on this CPU: locked path only\n");
+		test_skip("no native double-width CAS on this CPU: the native path is not "
+			  "checked, the locked path only");
 		run_phase(DWCAS_LOCKED, secs);
 	} else {
 		run_phase(DWCAS_NATIVE, secs / 2);

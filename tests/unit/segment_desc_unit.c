@@ -14,19 +14,6 @@
 
 #define KiB 1024ul
 
-static bool thp_always(void)
-{
-	char buf[128] = "";
-	FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
-
-	if (f) {
-		if (!fgets(buf, sizeof(buf), f))
-			buf[0] = 0;
-		fclose(f);
-	}
-	return strstr(buf, "[always]") != NULL;
-}
-
 /* The first block of a fresh process: of the descriptor array's pages only
  * the header's first (its fields and the first descriptors) and pages that
  * hold a descriptor of a unit in use may be resident. */
@@ -40,8 +27,9 @@ static void check_fresh_segment_pages(void)
 	unsigned resident = 0, used_units = 0;
 
 	REQUIRE(p != NULL && npages <= sizeof(vec));
-	if (thp_always()) {
-		printf("transparent huge pages are always on: residency not checked\n");
+	if (test_thp_mode() == TEST_THP_ALWAYS) {
+		test_skip("transparent huge pages are 'always' in this kernel: a huge page may "
+			  "back the descriptor array, its pages' residency is not checked");
 		uslab_free(p);
 		return;
 	}

@@ -233,9 +233,16 @@ static inline void test_fill_seed(void *p, size_t n, uint64_t seed)
 	test_fill_with(p, n, seed, TEST_FILL_ALL);
 }
 
+/* The offset of the first of p's first n bytes that differs from a fill of
+ * n or more bytes with seed, or n. */
+static inline size_t test_first_bad_seed(const void *p, size_t n, uint64_t seed)
+{
+	return test_check_with(p, n, n, seed, TEST_FILL_ALL);
+}
+
 static inline bool test_intact_seed(const void *p, size_t n, uint64_t seed)
 {
-	return test_check_with(p, n, n, seed, TEST_FILL_ALL) == n;
+	return test_first_bad_seed(p, n, seed) == n;
 }
 
 static inline void test_fill(void *p, size_t n)

@@ -55,79 +55,6 @@ static void *(*volatile valigned_alloc)(size_t, size_t) = aligned_alloc;
 static void *(*volatile vvalloc)(size_t) = valloc;
 static void *(*volatile vpvalloc)(size_t) = pvalloc;
 
-
-/* ---- patterns --------------------------------------------------------------- */
-
-static inline uint8_t pat(uint64_t seed, size_t i)
-{
-	uint64_t x = (seed + i) * 0x9E3779B97F4A7C15ull;
-	return (uint8_t)(x >> 56);
-}
-
-static void fill(void *p, size_t n, uint64_t seed)
-{
-	uint8_t *b = p;
-
-	for (size_t i = 0; i < n; i++)
-		b[i] = pat(seed, i);
-}
-
-/* Index of the first byte that differs from the pattern, or n. */
-static size_t verify(const void *p, size_t n, uint64_t seed)
-{
-	const uint8_t *b = p;
-
-	for (size_t i = 0; i < n; i++)
-		if (b[i] != pat(seed, i))
-			return i;
-	return n;
-}
-
-/* Cheaper pattern for big blocks: byte i is byte i % 8 of the 64-bit word
- * wpat(seed, i / 8), so any prefix of a filled block can be checked. */
-static inline uint64_t wpat(uint64_t seed, size_t w)
-{
-	return (seed ^ w) * 0x9E3779B97F4A7C15ull;
-}
-
-static void fill_words(void *p, size_t n, uint64_t seed)
-{
-	uint64_t *w = p;
-	size_t nw = n / 8;
-
-	for (size_t i = 0; i < nw; i++)
-		w[i] = wpat(seed, i);
-	uint64_t last = wpat(seed, nw);
-	for (size_t i = nw * 8; i < n; i++)
-		((uint8_t *)p)[i] = (uint8_t)(last >> (8 * (i % 8)));
-}
-
-/* Are the first n bytes as fill_words(p, >= n, seed) left them? */
-static int verify_words(const void *p, size_t n, uint64_t seed)
-{
-	const uint64_t *w = p;
-	size_t nw = n / 8;
-
-	for (size_t i = 0; i < nw; i++)
-		if (w[i] != wpat(seed, i))
-			return 0;
-	uint64_t last = wpat(seed, nw);
-	for (size_t i = nw * 8; i < n; i++)
-		if (((const uint8_t *)p)[i] != (uint8_t)(last >> (8 * (i % 8))))
-			return 0;
-	return 1;
-}
-
-static int all_zero(const void *p, size_t n)
-{
-	const uint8_t *b = p;
-
-	for (size_t i = 0; i < n; i++)
-		if (b[i])
-			return 0;
-	return 1;
-}
-
 static size_t min_align(size_t n)
 {
 	size_t a = 1;
@@ -168,8 +95,8 @@ static void test_malloc_free(void)
 		CHECK(p != NULL);
 		if (!p)
 			continue;
-		fill(p, n, n);
-		CHECK_EQ(verify(p, n, n), n);
+		test_fill_seed(p, n, n);
+		CHECK_EQ(test_first_bad_seed(p, n, n), n);
 		CHECK(malloc_usable_size(p) >= n);
 		free(p);
 	}
@@ -212,12 +139,12 @@ static void test_too_large(void)
 		size_t n = sizes[i];
 		char *p = malloc(n);
 		REQUIRE(p);
-		fill(p, n, 77 + i);
+		test_fill_seed(p, n, 77 + i);
 		errno = 0; expect_enomem(vreallocarray(p, half, 2), "reallocarray(p, overflow)");
 		errno = 0; expect_enomem(vrealloc(p, SIZE_MAX), "realloc(p, SIZE_MAX)");
 		errno = 0; expect_enomem(vrealloc(p, (size_t)PTRDIFF_MAX + 1), "realloc(p, PTRDIFF_MAX+1)");
 		errno = 0; expect_enomem(vrealloc(p, SIZE_MAX - 4000), "realloc(p, SIZE_MAX-4000)");
-		CHECK_EQ(verify(p, n, 77 + i), n);
+		CHECK_EQ(test_first_bad_seed(p, n, 77 + i), n);
 		CHECK(malloc_usable_size(p) >= n);
 		free(p);
 	}
@@ -270,8 +197,8 @@ static void check_aligned_block(void *p, size_t align, size_t n, const char *fn)
 		test_failures++;
 	}
 	/* first and last byte of the request, and a pattern over it */
-	fill_words(p, n, (uintptr_t)p ^ n);
-	if (!verify_words(p, n, (uintptr_t)p ^ n)) {
+	test_fill(p, n);
+	if (!test_intact(p, n)) {
 		fprintf(stderr, "%s(align=%zu, size=%zu): content lost\n", fn, align, n);
 		test_failures++;
 	}
@@ -298,7 +225,7 @@ static void test_alignments(void)
 			q = memalign(a, n);
 			check_aligned_block(q, a, n, "memalign");
 			for (int k = 0; k < 2; k++) {
-				if (p[k] && !verify_words(p[k], n, (uintptr_t)p[k] ^ n)) {
+				if (p[k] && !test_intact(p[k], n)) {
 					fprintf(stderr, "posix_memalign(%zu, %zu): overwritten by a neighbour\n", a, n);
 					test_failures++;
 				}
@@ -333,7 +260,7 @@ static void test_alignments(void)
 		CHECK(pv && aligned(pv, page));
 		if (v) {
 			CHECK(malloc_usable_size(v) >= vs[i]);
-			fill(v, vs[i], 3);
+			test_fill_seed(v, vs[i], 3);
 		}
 		if (pv) {
 			/* glibc rounds 0 to 0 (a minimum chunk); uslab to one page */
@@ -471,7 +398,7 @@ static void test_realloc(void)
 		char *p = malloc(n);
 
 		REQUIRE(p);
-		fill_words(p, n, seed);
+		test_fill_seed(p, n, seed);
 		for (unsigned s = 1; s < 6 && chains[c][s]; s++) {
 			size_t m = chains[c][s], keep = n < m ? n : m;
 			char *q = realloc(p, m);
@@ -482,7 +409,7 @@ static void test_realloc(void)
 				break;
 			}
 			p = q;
-			if (!verify_words(p, keep, seed)) {
+			if (!test_intact_seed(p, keep, seed)) {
 				fprintf(stderr, "realloc(%zu -> %zu) lost content\n", n, m);
 				test_failures++;
 			}
@@ -493,7 +420,7 @@ static void test_realloc(void)
 			}
 			/* the whole new size is ours: refill with a fresh pattern */
 			seed = seed * 31 + s;
-			fill_words(p, m, seed);
+			test_fill_seed(p, m, seed);
 			n = m;
 		}
 		free(p);
@@ -541,7 +468,7 @@ static void test_realloc(void)
 		len[i] = test_rand(&rs) % 300;
 		blk[i] = malloc(len[i]);
 		REQUIRE(blk[i]);
-		fill(blk[i], len[i], (uint64_t)i);
+		test_fill_seed(blk[i], len[i], (uint64_t)i);
 	}
 	for (int round = 0; round < 20; round++) {
 		for (int i = 0; i < M; i++) {
@@ -549,17 +476,17 @@ static void test_realloc(void)
 			size_t keep = len[i] < m ? len[i] : m;
 			char *q = realloc(blk[i], m ? m : 1);
 			REQUIRE(q);
-			if (verify(q, keep, (uint64_t)i) != keep) {
+			if (test_first_bad_seed(q, keep, (uint64_t)i) != keep) {
 				fprintf(stderr, "realloc(%zu -> %zu) lost content (round %d)\n", len[i], m, round);
 				test_failures++;
 			}
 			blk[i] = q;
 			len[i] = m;
-			fill(q, m, (uint64_t)i);
+			test_fill_seed(q, m, (uint64_t)i);
 		}
 	}
 	for (int i = 0; i < M; i++) {
-		CHECK_EQ(verify(blk[i], len[i], (uint64_t)i), len[i]);
+		CHECK_EQ(test_first_bad_seed(blk[i], len[i], (uint64_t)i), len[i]);
 		free(blk[i]);
 	}
 }
@@ -590,10 +517,10 @@ static void test_usable_size(void)
 			fprintf(stderr, "malloc(%zu): usable size %zu\n", n, u[i]);
 			test_failures++;
 		}
-		fill_words(p[i], u[i], (uintptr_t)p[i]);
+		test_fill(p[i], u[i]);
 	}
 	for (int i = 0; i < N; i++) {
-		if (!verify_words(p[i], u[i], (uintptr_t)p[i])) {
+		if (!test_intact(p[i], u[i])) {
 			fprintf(stderr, "block %p (usable %zu) overwritten by a neighbour\n", (void *)p[i], u[i]);
 			test_failures++;
 		}
@@ -603,7 +530,7 @@ static void test_usable_size(void)
 	for (int i = 0; i < N; i += 2)
 		free(p[i]);
 	for (int i = 1; i < N; i += 2) {
-		CHECK(verify_words(p[i], u[i], (uintptr_t)p[i]));
+		CHECK(test_intact(p[i], u[i]));
 		free(p[i]);
 	}
 
@@ -616,10 +543,10 @@ static void test_usable_size(void)
 			REQUIRE(q[i]);
 			qu[i] = malloc_usable_size(q[i]);
 			CHECK(qu[i] >= (size_t)(1 + 700 * i));
-			fill_words(q[i], qu[i], (uintptr_t)q[i]);
+			test_fill(q[i], qu[i]);
 		}
 		for (int i = 0; i < 8; i++) {
-			CHECK(verify_words(q[i], qu[i], (uintptr_t)q[i]));
+			CHECK(test_intact(q[i], qu[i]));
 			free(q[i]);
 		}
 	}
@@ -642,7 +569,7 @@ static void test_calloc(void)
 			for (int k = 0; k < K; k++) {
 				p[k] = round & 1 ? calloc(1, n) : calloc(n, 1);
 				REQUIRE(p[k]);
-				if (!all_zero(p[k], n)) {
+				if (!test_all_zero(p[k], n)) {
 					fprintf(stderr, "calloc(%zu) round %d: memory not zero\n", n, round);
 					test_failures++;
 				}
@@ -656,7 +583,7 @@ static void test_calloc(void)
 		if (n >= 8) {
 			char *q = calloc(n / 8, 8);
 			REQUIRE(q);
-			CHECK(all_zero(q, n / 8 * 8));
+			CHECK(test_all_zero(q, n / 8 * 8));
 			memset(q, 0x5A, n / 8 * 8);
 			free(q);
 		}
@@ -672,7 +599,7 @@ static void test_calloc(void)
 		REQUIRE(small);
 		char *c = calloc(1, 512 * KiB);
 		REQUIRE(c);
-		if (!all_zero(c, 512 * KiB)) {
+		if (!test_all_zero(c, 512 * KiB)) {
 			fprintf(stderr, "calloc(512 KiB) after a realloc shrink: memory not zero\n");
 			test_failures++;
 		}
@@ -718,7 +645,7 @@ static void test_no_overlap(void)
 		v[i].size = n;
 		v[i].usable = malloc_usable_size(p);
 		CHECK(v[i].usable >= n);
-		fill_words(p, n, (uintptr_t)p * 3 + n);
+		test_fill(p, n);
 	}
 	qsort(v, N, sizeof(*v), cmp_live);
 	int overlaps = 0;
@@ -735,7 +662,7 @@ static void test_no_overlap(void)
 	int bad = 0;
 	for (int i = 0; i < N; i++) {
 		void *p = (void *)v[i].addr;
-		if (!verify_words(p, v[i].size, v[i].addr * 3 + v[i].size) && bad++ < 10)
+		if (!test_intact(p, v[i].size) && bad++ < 10)
 			fprintf(stderr, "block %p size %zu: content changed\n", p, v[i].size);
 		free(p);
 	}
@@ -781,11 +708,11 @@ static void test_trim_info_stats(void)
 		for (int k = 0; k < 100; k++) {
 			p[k] = malloc(sizes[i]);
 			REQUIRE(p[k]);
-			fill(p[k], sizes[i] < 256 ? sizes[i] : 256, k);
+			test_fill_seed(p[k], sizes[i] < 256 ? sizes[i] : 256, k);
 		}
 		for (int k = 0; k < 100; k++) {
 			size_t n = sizes[i] < 256 ? sizes[i] : 256;
-			CHECK_EQ(verify(p[k], n, k), n);
+			CHECK_EQ(test_first_bad_seed(p[k], n, k), n);
 			free(p[k]);
 		}
 	}
@@ -847,23 +774,23 @@ static void test_sized_and_libc(void)
 	REQUIRE(a);
 	if (on_uslab)
 		CHECK(malloc_usable_size(a) >= 100);   /* aborts if a is foreign */
-	fill(a, 100, 9);
+	test_fill_seed(a, 100, 9);
 	a = realloc(a, 5000);
 	REQUIRE(a);
-	CHECK_EQ(verify(a, 100, 9), 100);
+	CHECK_EQ(test_first_bad_seed(a, 100, 9), 100);
 	free(a);
 
 	char *b = malloc(200);
 	REQUIRE(b);
-	fill(b, 200, 10);
+	test_fill_seed(b, 200, 10);
 	b = __libc_realloc(b, 70000);
 	REQUIRE(b);
-	CHECK_EQ(verify(b, 200, 10), 200);
+	CHECK_EQ(test_first_bad_seed(b, 200, 10), 200);
 	__libc_free(b);
 
 	char *c = __libc_calloc(300, 7);
 	REQUIRE(c);
-	CHECK(all_zero(c, 2100));
+	CHECK(test_all_zero(c, 2100));
 	free(c);
 
 	for (size_t al = 16; al <= 1 * MiB; al *= 8) {

@@ -65,60 +65,6 @@ static long status_kb(const char *field)
 	return kb;
 }
 
-/*
- * Byte i of a block is byte i % 8 of wpat(seed, i / 8), so any prefix can be
- * checked after a realloc. Blocks up to 4 KiB are filled whole; bigger ones
- * in their first and last 512 bytes and one word in every 128 bytes between
- * (enough to see a block handed out twice, cheap enough to keep the
- * allocator, not memset, the bottleneck).
- */
-static inline uint64_t wpat(uint64_t seed, size_t w)
-{
-	return (seed ^ (w * 0x9E3779B97F4A7C15ull)) * 0xD6E8FEB86659FD93ull;
-}
-
-/* Was word i written when a block of n bytes was filled? */
-static inline int word_filled(size_t i, size_t n)
-{
-	return n <= 4096 || i < 64 || i + 64 >= n / 8 || i % 16 == 0;
-}
-
-static void fill(void *p, size_t n, uint64_t seed)
-{
-	uint64_t *w = p;
-	size_t nw = n / 8;
-
-	for (size_t i = 0; i < nw; i++)
-		if (word_filled(i, n))
-			w[i] = wpat(seed, i);
-	uint64_t last = wpat(seed, nw);
-	for (size_t i = nw * 8; i < n; i++)
-		((uint8_t *)p)[i] = (uint8_t)(last >> (8 * (i % 8)));
-}
-
-/* Are the first `len` bytes of a block filled as `filled` bytes still so? */
-static int verify_prefix(const void *p, size_t len, size_t filled, uint64_t seed)
-{
-	const uint64_t *w = p;
-	size_t nw = len / 8;
-
-	for (size_t i = 0; i < nw; i++)
-		if (word_filled(i, filled) && w[i] != wpat(seed, i))
-			return 0;
-	if (len % 8 && word_filled(nw, filled)) {
-		uint64_t last = wpat(seed, nw);
-		for (size_t i = nw * 8; i < len; i++)
-			if (((const uint8_t *)p)[i] != (uint8_t)(last >> (8 * (i % 8))))
-				return 0;
-	}
-	return 1;
-}
-
-static int verify(const void *p, size_t n, uint64_t seed)
-{
-	return verify_prefix(p, n, n, seed);
-}
-
 /* A block travelling between threads, with what it must contain. */
 struct item {
 	struct item *next;
@@ -137,15 +83,22 @@ static struct item *item_new(size_t n, uint64_t seed)
 	REQUIRE(it->p);
 	it->n = n;
 	it->seed = seed;
-	fill(it->p, n, seed);
+	test_fill_with(it->p, n, seed, TEST_FILL_SPARSE);
 	return it;
+}
+
+/* Blocks are filled sparsely (test.h): the allocator, not the filling,
+ * stays the bottleneck. */
+static bool item_intact(const struct item *it)
+{
+	return test_check_with(it->p, it->n, it->n, it->seed, TEST_FILL_SPARSE) == it->n;
 }
 
 static atomic_long bad_blocks;
 
 static void item_free(struct item *it)
 {
-	if (!verify(it->p, it->n, it->seed)) {
+	if (!item_intact(it)) {
 		if (atomic_fetch_add(&bad_blocks, 1) < 10)
 			fprintf(stderr, "block %p (%zu bytes) changed while another thread held it\n",
 				(void *)it->p, it->n);
@@ -196,21 +149,21 @@ static void *mix_worker(void *arg)
 			size_t m = (r >> 44) % 4 == 0 ? 64 * KiB + (r >> 16) % (1536 * KiB)
 						     : rand_small(&rs);
 			size_t keep = old->n < m ? old->n : m;
-			if (!verify(old->p, old->n, old->seed)) {
+			if (!item_intact(old)) {
 				if (atomic_fetch_add(&bad_blocks, 1) < 10)
 					fprintf(stderr, "block %p (%zu bytes) changed before realloc\n",
 						(void *)old->p, old->n);
 			}
 			char *q = realloc(old->p, m);
 			REQUIRE(q);
-			if (!verify_prefix(q, keep, old->n, old->seed)) {
+			if (test_check_with(q, keep, old->n, old->seed, TEST_FILL_SPARSE) != keep) {
 				if (atomic_fetch_add(&bad_blocks, 1) < 10)
 					fprintf(stderr, "realloc(%zu -> %zu) lost content\n", old->n, m);
 			}
 			old->p = q;
 			old->n = m;
 			old->seed = r * 3;
-			fill(q, m, old->seed);
+			test_fill_with(q, m, old->seed, TEST_FILL_SPARSE);
 			reallocs++;
 			/* and back into circulation, for a third thread to free */
 			old = atomic_exchange(&mix_slots[(r >> 8) % MIX_SLOTS], old);
@@ -408,7 +361,7 @@ static void *pc_producer(void *arg)
 		char *p = malloc(n);
 		REQUIRE(p);
 		*(size_t *)p = n;
-		fill(p + 8, n - 8, n);
+		test_fill_with(p + 8, n - 8, n, TEST_FILL_SPARSE);
 		unsigned long h = atomic_load_explicit(&ring_head, memory_order_relaxed);
 		while (h - atomic_load_explicit(&ring_tail, memory_order_acquire) >= RING) {
 			if (atomic_load_explicit(&pc_stop, memory_order_relaxed)) {
@@ -438,7 +391,8 @@ static void *pc_consumer(void *arg)
 		}
 		char *p = ring[t % RING];
 		size_t n = *(size_t *)p;
-		if (n < 16 || n > 200 * KiB || !verify(p + 8, n - 8, n))
+		if (n < 16 || n > 200 * KiB ||
+		    test_check_with(p + 8, n - 8, n - 8, n, TEST_FILL_SPARSE) != n - 8)
 			bad++;
 		free(p);
 		freed++;
@@ -537,10 +491,11 @@ static void child_churn(uint64_t seed)
 			blk[i] = malloc(len[i]);
 			if (!blk[i])
 				child_fail("fork child: malloc failed\n");
-			fill(blk[i], len[i], (uintptr_t)blk[i]);
+			test_fill_with(blk[i], len[i], (uintptr_t)blk[i], TEST_FILL_SPARSE);
 		}
 		for (int i = 0; i < 64; i++) {
-			if (!verify(blk[i], len[i], (uintptr_t)blk[i]))
+			if (test_check_with(blk[i], len[i], len[i], (uintptr_t)blk[i],
+					    TEST_FILL_SPARSE) != len[i])
 				child_fail("fork child: block content changed\n");
 			free(blk[i]);
 		}
@@ -569,7 +524,7 @@ static void fork_child(struct item *pre, int i)
 	alarm(10);   /* a deadlock from here on ends the child with SIGALRM */
 	/* blocks inherited from the parent: from main, and from worker threads
 	 * that do not exist here */
-	if (!verify(pre->p, pre->n, pre->seed))
+	if (!item_intact(pre))
 		child_fail("fork child: inherited block changed\n");
 	free(pre->p);
 	free(pre);
@@ -577,7 +532,7 @@ static void fork_child(struct item *pre, int i)
 		struct item *it = atomic_exchange(&fork_slots[(i * 37 + k) % FORK_SLOTS], NULL);
 		if (!it)
 			continue;
-		if (!verify(it->p, it->n, it->seed))
+		if (!item_intact(it))
 			child_fail("fork child: a worker's block changed\n");
 		free(it->p);
 		free(it);
@@ -650,7 +605,7 @@ static void phase_forkloop(void)
 			}
 		}
 		/* the parent's copy is untouched by the child's frees */
-		if (!verify(pre->p, pre->n, pre->seed)) {
+		if (!item_intact(pre)) {
 			fprintf(stderr, "fork %d: parent's block changed\n", i);
 			test_failures++;
 		}

@@ -42,25 +42,6 @@ struct live {
 
 static struct live leftovers[THREADS];
 
-static unsigned char pattern(const void *p, size_t i)
-{
-	return (unsigned char)(((uintptr_t)p >> 4) + i);
-}
-
-static void fill(void *p, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		((unsigned char *)p)[i] = pattern(p, i);
-}
-
-static int intact(const void *p, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		if (((const unsigned char *)p)[i] != pattern(p, i))
-			return 0;
-	return 1;
-}
-
 /* One block from the malloc-family call chosen by k, of about n bytes. */
 static void *family_alloc(unsigned k, size_t n, size_t *len)
 {
@@ -124,13 +105,13 @@ static void *worker(void *arg)
 			seed = seed * 1103515245u + 12345u;
 			cur.obj[i] = uslab_cache_alloc(cache);
 			REQUIRE(cur.obj[i]);
-			fill(cur.obj[i], 48);
+			test_fill(cur.obj[i], 48);
 			cur.blk[i] = family_alloc(seed >> 8, 16 + (seed >> 16) % 3000, &cur.len[i]);
-			fill(cur.blk[i], cur.len[i]);
+			test_fill(cur.blk[i], cur.len[i]);
 		}
 		for (int i = 0; i < PER_ROUND; i++) {
-			REQUIRE(intact(cur.obj[i], 48));
-			REQUIRE(intact(cur.blk[i], cur.len[i]));
+			REQUIRE(test_intact(cur.obj[i], 48));
+			REQUIRE(test_intact(cur.blk[i], cur.len[i]));
 		}
 		if (r == ROUNDS - 1) {   /* leave the last round live */
 			*mine = cur;
@@ -172,8 +153,8 @@ int main(void)
 	/* Objects and blocks of dead threads, freed by main. */
 	for (int i = 0; i < THREADS; i++)
 		for (int j = 0; j < PER_ROUND; j++) {
-			CHECK(intact(leftovers[i].obj[j], 48));
-			CHECK(intact(leftovers[i].blk[j], leftovers[i].len[j]));
+			CHECK(test_intact(leftovers[i].obj[j], 48));
+			CHECK(test_intact(leftovers[i].blk[j], leftovers[i].len[j]));
 			uslab_cache_free(cache, leftovers[i].obj[j]);
 			free(leftovers[i].blk[j]);
 		}

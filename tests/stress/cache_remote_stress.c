@@ -55,11 +55,6 @@ static const struct kind kinds[] = {
 	{ "256+immediate", 256, false, USLAB_REMOTE_IMMEDIATE },
 };
 
-static inline uint64_t pattern(const void *p, size_t size, size_t i)
-{
-	return ((uintptr_t)p + i * 8) * 0x9E3779B97F4A7C15ull ^ (size << 40) ^ 0x5A5A;
-}
-
 static void obj_ctor(void *p)
 {
 	uint64_t *w = p;
@@ -81,25 +76,6 @@ static bool is_constructed(const void *p)
 	return true;
 }
 
-static void fill(void *p, size_t size)
-{
-	uint64_t *w = p;
-
-	for (size_t i = 0; i < size / 8; i++)
-		w[i] = pattern(p, size, i);
-}
-
-/* Index of the first bad word, or -1. */
-static long first_bad(const void *p, size_t size)
-{
-	const uint64_t *w = p;
-
-	for (size_t i = 0; i < size / 8; i++)
-		if (w[i] != pattern(p, size, i))
-			return (long)i;
-	return -1;
-}
-
 /* ---- per-thread context: alloc + fill, check + free ------------------------------------- */
 
 struct ctx {
@@ -110,11 +86,11 @@ struct ctx {
 	unsigned long allocs, frees, remote_frees, errors;
 };
 
-static void report(struct ctx *x, const void *p, const char *what, long word)
+static void report(struct ctx *x, const void *p, const char *what, long at)
 {
 	if (x->errors++ < 5)
-		fprintf(stderr, "cache_remote_stress: size %s: object %p: %s (word %ld)\n",
-			x->k->name, p, what, word);
+		fprintf(stderr, "cache_remote_stress: size %s: object %p: %s (at byte %ld)\n",
+			x->k->name, p, what, at);
 }
 
 static void *t_alloc(struct ctx *x)
@@ -126,7 +102,7 @@ static void *t_alloc(struct ctx *x)
 		report(x, p, "misaligned", 0);
 	if (x->k->ctor && !is_constructed(p))
 		report(x, p, "not in its constructed state at allocation", 0);
-	fill(p, x->k->size);
+	test_fill(p, x->k->size);
 	x->allocs++;
 	return p;
 }
@@ -134,10 +110,10 @@ static void *t_alloc(struct ctx *x)
 /* remote: the object was allocated by another thread */
 static void t_free(struct ctx *x, void *p, bool remote)
 {
-	long bad = first_bad(p, x->k->size);
+	size_t bad = test_first_bad(p, x->k->size);
 
-	if (bad >= 0)
-		report(x, p, "pattern damaged while live", bad);
+	if (bad < x->k->size)
+		report(x, p, "pattern damaged while live", (long)bad);
 	if (x->k->ctor)
 		obj_ctor(p);          /* give it back constructed */
 	uslab_cache_free(x->c, p);

@@ -36,21 +36,9 @@ static size_t slot_n[THREADS][SLOTS];   /* written before slot_p's release */
 static pthread_barrier_t start;
 static long rounds;
 
-static unsigned char pattern(const unsigned char *p, size_t n, size_t i)
-{
-	return (unsigned char)(((uintptr_t)p >> 4) ^ n ^ i);
-}
-
-static void fill(struct block b)
-{
-	for (size_t i = 0; i < b.n; i++)
-		b.p[i] = pattern(b.p, b.n, i);
-}
-
 static void check_and_free(struct block b)
 {
-	for (size_t i = 0; i < b.n; i++)
-		REQUIRE(b.p[i] == pattern(b.p, b.n, i));
+	REQUIRE(test_intact(b.p, b.n));
 	uslab_free(b.p);
 }
 
@@ -76,7 +64,7 @@ static void *worker(void *arg)
 		b.p = uslab_malloc(b.n);
 		REQUIRE(b.p);
 		REQUIRE(uslab_malloc_usable_size(b.p) >= b.n);
-		fill(b);
+		test_fill(b.p, b.n);
 		if (r % 2) {
 			check_and_free(b);
 			continue;

@@ -53,35 +53,19 @@ static pthread_barrier_t done_sending;
 static long rounds;
 static atomic_int finished;   /* workers done with their rounds */
 
-static void fill(void *p, size_t n)
-{
-	uint64_t *w = p;
-
-	for (size_t i = 0; i < n / 8; i++)
-		w[i] = (uintptr_t)p * 31 + i;
-}
-
-static void check_fill(void *p, size_t n)
-{
-	uint64_t *w = p;
-
-	for (size_t i = 0; i < n / 8; i++)
-		REQUIRE(w[i] == (uintptr_t)p * 31 + i);
-}
-
 static void *obj_alloc(struct worker *w, int kind)
 {
 	void *p = kind ? uslab_malloc(KM_SIZE) : uslab_cache_alloc(cache);
 
 	REQUIRE(p);
-	fill(p, kind ? KM_SIZE : OBJ_SIZE);
+	test_fill(p, kind ? KM_SIZE : OBJ_SIZE);
 	w->allocs[kind]++;
 	return p;
 }
 
 static void obj_free(struct worker *w, void *p, int kind)
 {
-	check_fill(p, kind ? KM_SIZE : OBJ_SIZE);
+	REQUIRE(test_intact(p, kind ? KM_SIZE : OBJ_SIZE));
 	if (kind)
 		uslab_free(p);
 	else

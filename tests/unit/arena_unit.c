@@ -15,21 +15,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static void fill(void *p, size_t n, unsigned tag)
-{
-	memset(p, (int)(tag & 0xff), n);
-}
-
-static bool intact(const void *p, size_t n, unsigned tag)
-{
-	const unsigned char *b = p;
-
-	for (size_t i = 0; i < n; i++)
-		if (b[i] != (tag & 0xff))
-			return false;
-	return true;
-}
-
 /* The first blocks: from the arena, densely, in order; every class. */
 static void check_first_blocks(void)
 {
@@ -47,13 +32,13 @@ static void check_first_blocks(void)
 		size_t us = uslab_malloc_usable_size(blk[i]);
 		CHECK(us >= len[i]);
 		CHECK_EQ(us, kmalloc_class_size[size_class(len[i])]);
-		fill(blk[i], us, i);
+		test_fill(blk[i], us);
 		if (i)   /* cut one after another: no gaps beyond the 16-byte rounding */
 			CHECK(blk[i] - blk[i - 1] ==
 			      (long)((uslab_malloc_usable_size(blk[i - 1]) + 15) & ~15ul));
 	}
 	for (unsigned i = 0; i < N; i++)
-		CHECK(intact(blk[i], uslab_malloc_usable_size(blk[i]), i));
+		CHECK(test_intact(blk[i], uslab_malloc_usable_size(blk[i])));
 	/* freed blocks come back to requests of their class, newest first */
 	size_t cut = arena_cut_bytes();
 	for (unsigned i = 0; i < N; i += 2)
@@ -63,11 +48,11 @@ static void check_first_blocks(void)
 		CHECK(arena_owns(p));
 		CHECK_EQ(uslab_malloc_usable_size(p), uslab_malloc_usable_size(blk[i - 2]));
 		blk[i - 2] = p;
-		fill(p, uslab_malloc_usable_size(p), i - 2);
+		test_fill(p, uslab_malloc_usable_size(p));
 	}
 	CHECK_EQ(arena_cut_bytes(), cut);   /* all reused, nothing cut */
 	for (unsigned i = 0; i < N; i++) {
-		CHECK(intact(blk[i], uslab_malloc_usable_size(blk[i]), i));
+		CHECK(test_intact(blk[i], uslab_malloc_usable_size(blk[i])));
 		uslab_free(blk[i]);
 	}
 	CHECK_EQ(arena_live_bytes(), 0);
@@ -78,21 +63,21 @@ static void check_api(void)
 {
 	char *p = uslab_malloc(100);
 	REQUIRE(arena_owns(p));
-	fill(p, 100, 7);
+	test_fill_seed(p, 100, 7);
 	CHECK(uslab_realloc(p, 90) == p);            /* same class: in place */
 	char *q = uslab_realloc(p, 5000);            /* grows: moved, content kept */
 	REQUIRE(q && q != p);
-	CHECK(intact(q, 100, 7));
+	CHECK(test_intact_seed(q, 100, 7));
 	CHECK(arena_owns(q));
 	uslab_free(q);
 
 	/* calloc of a reused block is zeroed too */
 	char *z = uslab_malloc(256);
-	fill(z, 256, 0xab);
+	test_fill(z, 256);
 	uslab_free(z);
 	char *c = uslab_calloc(16, 16);
 	CHECK(c == z);
-	CHECK(intact(c, 256, 0));
+	CHECK(test_all_zero(c, 256));
 	uslab_free(c);
 
 	/* above the classes, up to 64 KiB: whole 4 KiB pages in the arena */
@@ -100,9 +85,9 @@ static void check_api(void)
 	REQUIRE(big);
 	CHECK(arena_owns(big));
 	CHECK_EQ(uslab_malloc_usable_size(big), 40960);
-	fill(big, 40960, 3);
+	test_fill(big, 40960);
 	CHECK(uslab_realloc(big, 30000) == big);     /* more than half: in place */
-	CHECK(intact(big, 40960, 3));
+	CHECK(test_intact(big, 40960));
 	uslab_free(big);
 	char *huge = uslab_malloc(70000);            /* above 64 KiB: a large run */
 	REQUIRE(huge);

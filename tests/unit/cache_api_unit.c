@@ -5,22 +5,6 @@
 #include <errno.h>
 #include <stdint.h>
 
-static void fill(void *p, size_t n)
-{
-	unsigned char *b = p;
-	for (size_t i = 0; i < n; i++)
-		b[i] = (unsigned char)(((uintptr_t)p >> 4) + i * 7);
-}
-
-static int check_fill(const void *p, size_t n)
-{
-	const unsigned char *b = p;
-	for (size_t i = 0; i < n; i++)
-		if (b[i] != (unsigned char)(((uintptr_t)p >> 4) + i * 7))
-			return 0;
-	return 1;
-}
-
 static void test_sizes_and_alignments(void)
 {
 	static const size_t sizes[] = { 1, 7, 8, 9, 16, 24, 33, 64, 100, 128, 255, 512, 1000,
@@ -39,13 +23,13 @@ static void test_sizes_and_alignments(void)
 				objs[k] = uslab_cache_alloc(c);
 				CHECK(objs[k] != NULL);
 				CHECK(((uintptr_t)objs[k] & (want - 1)) == 0);
-				fill(objs[k], sizes[i]);
+				test_fill(objs[k], sizes[i]);
 			}
 			for (size_t k = 0; k < n; k++)
 				for (size_t j = k + 1; j < n; j++)
 					CHECK(objs[k] != objs[j]);
 			for (size_t k = 0; k < n; k++) {
-				CHECK(check_fill(objs[k], sizes[i]));
+				CHECK(test_intact(objs[k], sizes[i]));
 				uslab_cache_free(c, objs[k]);
 			}
 			CHECK_EQ(uslab_cache_validate(c), 0);
@@ -147,9 +131,9 @@ static void test_bulk(void)
 
 	CHECK_EQ(uslab_cache_alloc_bulk(c, 5000, objs), 5000);
 	for (int i = 0; i < 5000; i++)
-		fill(objs[i], 96);
+		test_fill(objs[i], 96);
 	for (int i = 0; i < 5000; i++)
-		CHECK(check_fill(objs[i], 96));
+		CHECK(test_intact(objs[i], 96));
 	struct uslab_cache_info info;
 	uslab_cache_info(c, &info);
 	CHECK_EQ(info.live_objects, 5000);

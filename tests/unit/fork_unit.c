@@ -23,24 +23,10 @@ static size_t size_of(int i)
 	return i % 20 == 19 ? big[(i / 20) % 3] : (size_t)(1 + (i * 977) % 32768);
 }
 
-static void fill(unsigned char *p, size_t n, unsigned seed)
-{
-	for (size_t k = 0; k < n; k += 61)
-		p[k] = (unsigned char)(seed + k);
-}
-
-static int intact(const unsigned char *p, size_t n, unsigned seed)
-{
-	for (size_t k = 0; k < n; k += 61)
-		if (p[k] != (unsigned char)(seed + k))
-			return 0;
-	return 1;
-}
-
 static void check_blocks(void)
 {
 	for (int i = 0; i < NBLOCKS; i++)
-		CHECK(intact(blocks[i], sizes[i], (unsigned)i));
+		CHECK(test_intact(blocks[i], sizes[i]));
 }
 
 /* What a child does: use every layer (each takes some lock the fork
@@ -54,7 +40,7 @@ static int child_work(void)
 		size_t n = size_of(i + 7);
 		mine[i] = uslab_malloc(n);
 		REQUIRE(mine[i] != NULL);
-		fill(mine[i], n, (unsigned)i * 3);
+		test_fill(mine[i], n);
 	}
 	struct uslab_cache *c = uslab_cache_create("fork-child", 72, 0, 0, NULL);
 	REQUIRE(c != NULL);
@@ -63,7 +49,7 @@ static int child_work(void)
 	uslab_cache_free(c, o);
 	CHECK_EQ(uslab_cache_destroy(c), 0);
 	for (int i = 0; i < NBLOCKS; i++) {
-		CHECK(intact(mine[i], size_of(i + 7), (unsigned)i * 3));
+		CHECK(test_intact(mine[i], size_of(i + 7)));
 		uslab_free(mine[i]);
 	}
 	for (int i = 0; i < NBLOCKS; i++)
@@ -149,7 +135,7 @@ int main(void)
 		sizes[i] = size_of(i);
 		blocks[i] = uslab_malloc(sizes[i]);
 		REQUIRE(blocks[i] != NULL);
-		fill(blocks[i], sizes[i], (unsigned)i);
+		test_fill(blocks[i], sizes[i]);
 	}
 	/* no thread yet: no locks, three times over */
 	for (int r = 0; r < 3; r++)

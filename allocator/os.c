@@ -7,6 +7,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
@@ -65,10 +66,30 @@ void os_unmap(void *p, size_t size)
 	munmap(p, size);
 }
 
-/* Give the pages back but keep the range mapped; they read as zero again. */
+/*
+ * Give the pages back but keep the range mapped; they read as zero again.
+ * Callers pass whole units (16 KiB), and a kernel's page may be larger
+ * (arm64 kernels with 64 KiB pages): madvise would refuse a range starting
+ * inside a page, and round a length up past the range onto neighbouring
+ * units still in use. So only the whole pages inside the range go back;
+ * the range's share of a page it has in common with its neighbours is
+ * zeroed in place.
+ */
 void os_decommit(void *p, size_t size)
 {
-	madvise(p, size, MADV_DONTNEED);
+	size_t page = os_page_size();
+	uintptr_t start = (uintptr_t)p, end = start + size;
+	uintptr_t lo = round_up(start, page), hi = end & ~(uintptr_t)(page - 1);
+
+	if (lo >= hi) {
+		memset(p, 0, size);
+		return;
+	}
+	if (lo > start)
+		memset(p, 0, lo - start);
+	if (end > hi)
+		memset((void *)hi, 0, end - hi);
+	madvise((void *)lo, hi - lo, MADV_DONTNEED);
 }
 
 /*

@@ -331,13 +331,14 @@ static inline const char *test_child_outcome(const struct test_child *c, char *b
 	return buf;
 }
 
-/* Does a line of text begin with line (which has no newline)? */
-static inline bool test_has_line(const char *text, const char *line)
+/* Does a line of text begin with want? (End want with "\n" to match a
+ * whole line.) */
+static inline bool test_has_line(const char *text, const char *want)
 {
-	size_t n = strlen(line);
+	size_t n = strlen(want);
 
 	for (const char *s = text;; s++) {
-		if (!strncmp(s, line, n))
+		if (!strncmp(s, want, n))
 			return true;
 		s = strchr(s, '\n');
 		if (!s)
@@ -345,19 +346,60 @@ static inline bool test_has_line(const char *text, const char *line)
 	}
 }
 
+static inline bool test_aborted_with(const struct test_child *c, const char *want)
+{
+	return WIFSIGNALED(c->status) && WTERMSIG(c->status) == SIGABRT &&
+	       test_has_line(c->err, want);
+}
+
+static inline void test_child_failed(const struct test_child *c, const char *want)
+{
+	char how[64];
+
+	fprintf(stderr, "expected SIGABRT and a line \"%.*s\" on stderr; the child %s, "
+			"stderr: \"%s\"\n", (int)strcspn(want, "\n"), want,
+		test_child_outcome(c, how, sizeof(how)), c->err);
+	test_failures++;
+}
+
 /* fn(arg) in a child must end in SIGABRT with a line on stderr that begins
  * with want; otherwise say what happened and count a failure. */
 static inline bool test_expect_abort(void (*fn)(void *), void *arg, const char *want)
 {
 	struct test_child c;
-	char how[64];
 
 	test_run_child(fn, arg, &c);
-	if (WIFSIGNALED(c.status) && WTERMSIG(c.status) == SIGABRT && test_has_line(c.err, want))
+	if (test_aborted_with(&c, want))
 		return true;
-	fprintf(stderr, "expected SIGABRT and a line \"%s...\" on stderr; the child %s, "
-			"stderr: \"%s\"\n", want, test_child_outcome(&c, how, sizeof(how)), c.err);
-	test_failures++;
+	test_child_failed(&c, want);
+	return false;
+}
+
+/*
+ * The same for a misuse whose message is known to be wrong: right is what
+ * it should say, today what it says. Today's message is required (so that
+ * no other change goes unseen) and printed as KNOWN WRONG; once the right
+ * one appears instead, the check fails and says to expect it from then on.
+ */
+static inline bool test_expect_abort_known_wrong(void (*fn)(void *), void *arg,
+						 const char *right, const char *today)
+{
+	struct test_child c;
+
+	test_run_child(fn, arg, &c);
+	if (test_aborted_with(&c, today)) {
+		printf("KNOWN WRONG: says \"%.*s\" where it should say \"%.*s\"\n",
+		       (int)strcspn(today, "\n"), today, (int)strcspn(right, "\n"), right);
+		return true;
+	}
+	if (test_aborted_with(&c, right)) {
+		fprintf(stderr, "now says the right \"%.*s\", no longer \"%.*s\": expect it "
+				"with test_expect_abort\n", (int)strcspn(right, "\n"), right,
+			(int)strcspn(today, "\n"), today);
+		test_failures++;
+		return false;
+	}
+	test_child_failed(&c, today);
 	return false;
 }
 

@@ -12,10 +12,8 @@
 #include "uslab.h"
 
 #include <pthread.h>
-#include <signal.h>
 #include <stdint.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #ifndef USLAB_INLINE_FAST_PATHS
@@ -158,35 +156,7 @@ static void test_statistics(void)
 	CHECK_EQ(uslab_cache_destroy(c), 0);
 }
 
-/* Run fn in a child; it must die of SIGABRT with `want` on stderr. */
-static void expect_abort(void (*fn)(void), const char *want)
-{
-	int fd[2];
-	char buf[512] = "";
-	int status = 0;
-
-	REQUIRE(pipe(fd) == 0);
-	pid_t pid = fork();
-	REQUIRE(pid >= 0);
-	if (pid == 0) {
-		dup2(fd[1], 2);
-		close(fd[0]);
-		fn();
-		_exit(0);   /* not caught: the parent reports it */
-	}
-	close(fd[1]);
-	ssize_t n = read(fd[0], buf, sizeof(buf) - 1);
-	buf[n > 0 ? n : 0] = 0;
-	close(fd[0]);
-	waitpid(pid, &status, 0);
-	CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
-	if (!strstr(buf, want)) {
-		fprintf(stderr, "expected \"%s\" on stderr, got \"%s\"\n", want, buf);
-		CHECK(!"message");
-	}
-}
-
-static void double_free_head(void)
+static void double_free_head(void *unused)
 {
 	struct uslab_cache *c = uslab_cache_create("inline-df", 64, 0, 0, NULL);
 	void *p = uslab_cache_alloc(c);
@@ -195,7 +165,7 @@ static void double_free_head(void)
 	uslab_cache_free(c, p);   /* p heads the cpu freelist: inline path declines */
 }
 
-static void foreign_object(void)
+static void foreign_object(void *unused)
 {
 	struct uslab_cache *a = uslab_cache_create("inline-a", 64, 0, 0, NULL);
 	struct uslab_cache *b = uslab_cache_create("inline-b", 64, 0, 0, NULL);
@@ -205,7 +175,7 @@ static void foreign_object(void)
 	uslab_cache_free(b, p);   /* outside b's active slab: the library checks */
 }
 
-static void stack_pointer(void)
+static void stack_pointer(void *unused)
 {
 	struct uslab_cache *c = uslab_cache_create("inline-stack", 64, 0, 0, NULL);
 	long local[8];
@@ -220,8 +190,12 @@ int main(void)
 	test_fresh_thread();
 	test_ctor_cache();
 	test_statistics();
-	expect_abort(double_free_head, "uslab: free(): double free");
-	expect_abort(foreign_object, "pointer from another cache");
-	expect_abort(stack_pointer, "invalid pointer");
+	/* the objects are made in the child: the lines are matched up to the pointer */
+	test_expect_abort_known_wrong(double_free_head, NULL,
+				      "uslab: uslab_cache_free(): double free 0x",
+				      "uslab: free(): double free 0x");
+	test_expect_abort(foreign_object, NULL,
+			  "uslab: uslab_cache_free(): pointer from another cache 0x");
+	test_expect_abort(stack_pointer, NULL, "uslab: uslab_cache_free(): invalid pointer 0x");
 	return test_done("cache_inline_unit");
 }

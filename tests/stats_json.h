@@ -11,6 +11,7 @@
  *   struct stats_obj c;
  *   stats_json_cache(j, "kmalloc-64", &c);       one cache's object
  *   long n = stats_obj_get(&c, "alloc_fast");    a number in it
+ *   stats_cache_get("kmalloc-64", "slabs")       the same, from a dump made now
  * A missing key reads as STATS_MISSING.
  */
 #ifndef USLAB_TEST_STATS_JSON_H
@@ -26,7 +27,8 @@
 
 #define STATS_MISSING LONG_MIN
 
-static inline char *stats_json_dump(void)
+/* What print() writes, in a string to free(). */
+static inline char *stats_dump_with(void (*print)(FILE *))
 {
 	char *buf = NULL;
 	size_t len = 0;
@@ -34,22 +36,20 @@ static inline char *stats_json_dump(void)
 
 	if (!f)
 		return NULL;
-	uslab_stats_json(f);
+	print(f);
 	fclose(f);
 	return buf;
 }
 
+static inline char *stats_json_dump(void)
+{
+	return stats_dump_with(uslab_stats_json);
+}
+
+/* The table uslab_stats_print writes. */
 static inline char *stats_table_dump(void)
 {
-	char *buf = NULL;
-	size_t len = 0;
-	FILE *f = open_memstream(&buf, &len);
-
-	if (!f)
-		return NULL;
-	uslab_stats_print(f);
-	fclose(f);
-	return buf;
+	return stats_dump_with(uslab_stats_print);
 }
 
 /* The number after "key": in [p, end); STATS_MISSING if absent. */
@@ -100,6 +100,20 @@ static inline bool stats_json_cache(const char *json, const char *name_json,
 static inline long stats_obj_get(const struct stats_obj *o, const char *key)
 {
 	return stats_find_number(o->begin, o->end, key);
+}
+
+/* One number of one cache, from a dump made now; STATS_MISSING if the
+ * cache or the key is not there. */
+static inline long stats_cache_get(const char *name_json, const char *key)
+{
+	char *json = stats_json_dump();
+	struct stats_obj o;
+	long v = STATS_MISSING;
+
+	if (json && stats_json_cache(json, name_json, &o))
+		v = stats_obj_get(&o, key);
+	free(json);
+	return v;
 }
 
 /* Sum of the counters by which objects are freed. */

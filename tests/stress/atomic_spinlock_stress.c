@@ -10,6 +10,9 @@
  *     would be caught by the pair or by TSan;
  * and counts its own sections (half of them taken with trylock when that
  * succeeds). At the end the plain counter equals the sum of all sections.
+ * Fairness: the ticket lock serves waiters in order, so every worker gets
+ * sections; a round goes on past its time until each has had one, and a
+ * worker with none by HARD_LIMIT seconds was starved: the test fails.
  * Duration: USLAB_STRESS_SECONDS (default 2 s) split over the two rounds.
  */
 #include "test.h"
@@ -19,6 +22,7 @@
 #include <unistd.h>
 
 #define K 0x9E3779B97F4A7C15ul
+#define HARD_LIMIT 8.0   /* seconds a round may take for every worker to get in */
 
 static spinlock_t lock = SPINLOCK_INIT;
 static unsigned long counter;           /* plain: only under lock */
@@ -29,7 +33,7 @@ static atomic_long_t trylocks_ok;
 
 struct worker {
 	pthread_t tid;
-	unsigned long sections;
+	atomic_long_t sections;   /* read by main while the round runs */
 	uint64_t seed;
 };
 
@@ -67,31 +71,46 @@ static void *worker_main(void *arg)
 		}
 		critical_section();
 		spin_unlock(&lock);
-		w->sections++;
+		atomic_long_inc(&w->sections);
 	}
 	return NULL;
+}
+
+static bool all_got_in(struct worker *w, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (!atomic_long_read(&w[i].sections))
+			return false;
+	return true;
 }
 
 static unsigned long run_round(int nthreads, double seconds)
 {
 	struct worker w[8] = { 0 };
 	unsigned long total = 0;
-	double end;
+	double start, now;
 
 	atomic_set(&stop, 0);
 	for (int i = 0; i < nthreads; i++) {
 		w[i].seed = 0x1234567ull * (i + 1) + nthreads;
 		REQUIRE(pthread_create(&w[i].tid, NULL, worker_main, &w[i]) == 0);
 	}
-	end = test_now() + seconds;
-	while (test_now() < end)
+	start = test_now();
+	do {
 		usleep(10000);
+		now = test_now();
+	} while (now - start < HARD_LIMIT && (now - start < seconds || !all_got_in(w, nthreads)));
 	atomic_set(&stop, 1);
 	for (int i = 0; i < nthreads; i++) {
 		pthread_join(w[i].tid, NULL);
-		if (w[i].sections == 0)
-			fprintf(stderr, "note: worker %d of %d got no section\n", i, nthreads);
-		total += w[i].sections;
+		total += atomic_long_read(&w[i].sections);
+	}
+	for (int i = 0; i < nthreads; i++) {
+		if (!atomic_long_read(&w[i].sections)) {
+			fprintf(stderr, "worker %d of %d starved: no section in %.1f s while the "
+					"others took %lu\n", i, nthreads, now - start, total);
+			test_failures++;
+		}
 	}
 	return total;
 }

@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
-# package.sh - the Debian package: `cpack -G DEB` in the build tree that
-# produced $USLAB_LIB, its contents listed with dpkg-deb -c (commands,
-# library, header, man pages, licence) and its control fields; then the
-# package extracted with dpkg-deb -x and its own usr/bin/uslab run:
-# `uslab run -- python3 -c 'print(1)'` prints 1, under the extracted library.
+# package.sh - the Debian package: `cpack -G DEB` with the CPack settings of
+# the build tree that produced $USLAB_LIB, its contents listed with
+# dpkg-deb -c (commands, library, header, man pages, licence) and its control
+# fields; then the package extracted with dpkg-deb -x and its own
+# usr/bin/uslab run: `uslab run -- python3 -c 'print(1)'` prints 1, under the
+# extracted library.
+#
+# cpack in a build tree first builds its `all` target (preinstall), which
+# would relink libuslab.so under the tests running beside this one if a
+# source changed since the build. So the tree is installed with
+# `cmake --install` (which never builds) into a staging directory, and cpack
+# packages that directory under /usr, as it would its own install.
 set -euo pipefail
 : "${USLAB_LIB:?USLAB_LIB must name the built libuslab.so}"
 build=$(cd "$(dirname "$USLAB_LIB")/.." && pwd)
@@ -14,8 +21,15 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: package: $*"; exit 1; }
 
-echo "== cpack -G DEB in $build"
-if ! (cd "$build" && cpack -G DEB -B "$tmp/out") >"$tmp/cpack.log" 2>&1; then
+echo "== cpack -G DEB with $build/CPackConfig.cmake"
+[ -f "$build/CPackConfig.cmake" ] || fail "no CPackConfig.cmake in $build"
+cmake --install "$build" --prefix "$tmp/stage" >"$tmp/install.log" 2>&1 || { cat "$tmp/install.log"; fail "cmake --install"; }
+cp "$build/CPackConfig.cmake" "$tmp/CPackConfig.cmake"
+cat >>"$tmp/CPackConfig.cmake" <<EOC
+set(CPACK_INSTALL_CMAKE_PROJECTS "")
+set(CPACK_INSTALLED_DIRECTORIES "$tmp/stage;usr")
+EOC
+if ! cpack -G DEB --config "$tmp/CPackConfig.cmake" -B "$tmp/out" >"$tmp/cpack.log" 2>&1; then
 	cat "$tmp/cpack.log"
 	find "$tmp/out" -name '*Output.log' -exec tail -n 30 {} + 2>/dev/null || true
 	fail "cpack -G DEB"

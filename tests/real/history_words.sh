@@ -12,7 +12,7 @@ cd "$top"
 # Empty this list as they are rewritten.
 pending=(docs/slab.md)
 
-pattern='\bsessions?\b|\bthe brief('s)?\b|\bissues? #?[0-9]+|\bstops? [0-9]+\b|\bregressions? found\b'
+pattern='\bsessions?\b|\bthe brief\b|\bissues? #?[0-9]+|\bstops? [0-9]+\b|\bregressions? found\b'
 files=(README.md docs/*.md docs/man/* tools/*)
 fails=0
 for f in "${files[@]}"; do

@@ -1,20 +1,28 @@
 # tests/real/common.bash - helpers for the real-program tests (tests/real/*.sh).
 #
 # Sourced, never run: ctest globs tests/real/*.sh, so this file has no .sh suffix.
-# Each script runs one real program twice on the same input - once under glibc's
-# malloc, once with LD_PRELOAD=$USLAB_LIB - and requires the same stdout and the
+# Most scripts run one real program twice on the same input - once under glibc's
+# malloc, once with LD_PRELOAD=$USLAB_LIB - and require the same stdout and the
 # same exit status, which must be 0 (a command that fails under glibc too is a
 # broken test). It times both runs, wall clock and CPU (user + system, children
 # included), for information only: the machine may be busy.
 #
 #   source "$(dirname "$0")/common.bash"
-#   real_init NAME           check USLAB_LIB and the preload, make $REAL_TMP
+#   real_init NAME [WHAT]    check USLAB_LIB and the preload, make $REAL_TMP;
+#                            WHAT (default "glibc vs LD_PRELOAD=...") heads the log
 #   real_need TOOL...        skip (exit 77, "SKIP: ...") if a tool is not installed
 #   run_both NAME CMD...     run CMD under both allocators and compare
 #   run_both_sh NAME SCRIPT  the same for `bash -c SCRIPT` (bash is preloaded too)
 #   real_workload PROG       PROG's workload from workloads.bash (shared with
 #                            tools/bench-real): skip if its tools are missing,
 #                            make its inputs, run_both each of its commands
+#   real_ok MSG, real_bad MSG   a check of a script's own that held / broke
+#   real_show FILE LABEL     the head of FILE, indented, after a failure
+#   real_at_exit CMD...      run CMD when the script ends (a process to stop)
+#   real_skip WHY, real_die WHY   end now: skipped (77), or failed (1)
+#
+# Scripts that check a tool or an option rather than compare with glibc (stats_env,
+# uslabinfo) use real_init, real_ok/real_bad and real_show, and no run_both.
 #
 # Each run of run_both starts in its own fresh, empty directory (so a command
 # that creates files does not see the other run's); inputs shared by both runs
@@ -25,9 +33,11 @@
 
 REAL_NAME=
 REAL_TMP=
-REAL_RUNS=0
-REAL_FAILS=0
+REAL_RUNS=0      # comparisons with glibc
+REAL_CHECKS=0    # checks of the script's own
+REAL_FAILS=0     # of either
 REAL_DONE=0
+REAL_AT_EXIT=()
 
 real_die() {
 	echo "FAIL: ${REAL_NAME:-real}: $*"
@@ -36,7 +46,10 @@ real_die() {
 }
 
 _real_exit() {
-	local rc=$?
+	local rc=$? cmd
+	for cmd in "${REAL_AT_EXIT[@]}"; do
+		eval "$cmd" || true
+	done
 	if [ -n "$REAL_TMP" ] && [ -d "$REAL_TMP" ]; then
 		if [ "${REAL_KEEP:-0}" = 1 ]; then
 			echo "kept $REAL_TMP"
@@ -46,12 +59,38 @@ _real_exit() {
 	fi
 	[ "$REAL_DONE" = 1 ] && exit "$rc"	# skipped, or real_die said why
 	[ "$rc" = 0 ] && [ "$REAL_FAILS" -gt 0 ] && rc=1
+	local what=
+	[ "$REAL_RUNS" -gt 0 ] && what="$REAL_RUNS comparisons with glibc"
+	[ "$REAL_CHECKS" -gt 0 ] && what="${what:+$what, }$REAL_CHECKS checks"
 	if [ "$rc" = 0 ]; then
-		echo "PASS: $REAL_NAME ($REAL_RUNS comparisons with glibc)"
+		echo "PASS: $REAL_NAME (${what:-nothing checked})"
 	else
-		echo "FAIL: $REAL_NAME ($REAL_FAILS of $REAL_RUNS comparisons differ, exit $rc)"
+		echo "FAIL: $REAL_NAME ($REAL_FAILS of ${what:-0 checks} failed, exit $rc)"
 	fi
 	exit "$rc"
+}
+
+real_ok() {
+	REAL_CHECKS=$((REAL_CHECKS + 1))
+	echo "ok: $*"
+}
+
+real_bad() {
+	REAL_CHECKS=$((REAL_CHECKS + 1))
+	REAL_FAILS=$((REAL_FAILS + 1))
+	echo "FAIL: $REAL_NAME: $*"
+}
+
+real_show() {
+	[ -s "$1" ] || return 0
+	echo "  --- $2 (first 15 lines) ---"
+	head -n 15 "$1" | sed 's/^/  | /'
+}
+
+# real_at_exit CMD... - CMD is run (with eval) when the script ends, however
+# it ends, before $REAL_TMP goes.
+real_at_exit() {
+	REAL_AT_EXIT+=("$*")
 }
 
 # real_skip WHY - the test cannot check here: exit 77, which ctest reports as
@@ -71,6 +110,7 @@ real_need() {
 
 real_init() {
 	REAL_NAME=$1
+	local what=${2:-}
 	trap _real_exit EXIT
 	[ -n "${USLAB_LIB:-}" ] ||
 		real_die "USLAB_LIB is not set (ctest sets it to the path of libuslab.so)"
@@ -94,7 +134,7 @@ real_init() {
 
 	REAL_TMP=$(mktemp -d "${TMPDIR:-/tmp}/uslab-real-$REAL_NAME.XXXXXX")
 	export REAL_TMP
-	echo "== $REAL_NAME: glibc vs LD_PRELOAD=$USLAB_LIB${USLAB_DWCAS:+ (USLAB_DWCAS=$USLAB_DWCAS)}"
+	echo "== $REAL_NAME: ${what:-glibc vs LD_PRELOAD=$USLAB_LIB}${USLAB_DWCAS:+ (USLAB_DWCAS=$USLAB_DWCAS)}"
 }
 
 # _real_run WHICH NAME CMD... - one run; sets _rc, _secs (wall) and _cpu

@@ -13,49 +13,15 @@
 # The programs are the real python3 interpreter (not a pyenv-style shim, whose
 # helper processes would each write statistics too) and ls.
 set -euo pipefail
-
-NAME=stats_env
-fails=0
-checks=0
-bg=
-tmp=
-
-die() { echo "FAIL: $NAME: $*" >&2; exit 1; }
-ok() { checks=$((checks + 1)); echo "ok: $*"; }
-bad() {
-	checks=$((checks + 1))
-	fails=$((fails + 1))
-	echo "FAIL: $NAME: $*"
-}
-# show FILE LABEL - the head of a file, indented, after a failure
-show() { [ -s "$1" ] && { echo "  --- $2 ---"; head -n 12 "$1" | sed 's/^/  | /'; } || true; }
-
-cleanup() {
-	local rc=$?
-	[ -n "$bg" ] && kill "$bg" 2>/dev/null && wait "$bg" 2>/dev/null
-	[ -n "$tmp" ] && rm -rf "$tmp"
-	if [ "$rc" = 0 ] && [ "$fails" -gt 0 ]; then rc=1; fi
-	if [ "$rc" = 0 ]; then
-		echo "PASS: $NAME ($checks checks)"
-	else
-		echo "FAIL: $NAME ($fails of $checks checks failed, exit $rc)"
-	fi
-	exit "$rc"
-}
-trap cleanup EXIT
-
-[ -n "${USLAB_LIB:-}" ] || die "USLAB_LIB is not set (ctest sets it to the path of libuslab.so)"
-[ -f "$USLAB_LIB" ] || die "USLAB_LIB=$USLAB_LIB does not exist"
-USLAB_LIB=$(readlink -f "$USLAB_LIB")
-unset LD_PRELOAD USLAB_STATS USLAB_STATS_FILE USLAB_STATS_SIGNAL
-if ! command -v python3 >/dev/null 2>&1; then
-	echo "SKIP: $NAME: python3 is not installed"
-	trap - EXIT
-	exit 0
-fi
+source "$(dirname "$0")/common.bash"
+unset USLAB_STATS USLAB_STATS_FILE USLAB_STATS_SIGNAL
+real_init stats_env "the statistics options"
+real_need python3
 PY=$(python3 -c 'import sys; print(sys.executable)')
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/uslab-stats-env.XXXXXX")
-echo "== $NAME: LD_PRELOAD=$USLAB_LIB, python $PY"
+echo "LD_PRELOAD=$USLAB_LIB, python $PY"
+tmp=$REAL_TMP
+bg=
+real_at_exit '[ -z "$bg" ] || { kill "$bg" 2>/dev/null; wait "$bg" 2>/dev/null; }'
 
 # Enough malloc traffic (blocks above pymalloc's 512-byte limit) to fill caches.
 WORK='x = [bytes(600 + i % 3000) for i in range(20000)]; del x[::2]; print("hello")'
@@ -98,57 +64,57 @@ is_table() {
 
 # ---- USLAB_STATS=1 ---------------------------------------------------------------
 out=$tmp/stats.out err=$tmp/stats.err
-env LD_PRELOAD="$USLAB_LIB" USLAB_STATS=1 "$PY" -c "$WORK" >"$out" 2>"$err" || bad "python3 failed with USLAB_STATS=1"
+env LD_PRELOAD="$USLAB_LIB" USLAB_STATS=1 "$PY" -c "$WORK" >"$out" 2>"$err" || real_bad "python3 failed with USLAB_STATS=1"
 if [ "$(cat "$out")" = hello ] && is_table "$err"; then
-	ok "USLAB_STATS=1: python3 printed the table on stderr ($(grep -c '^kmalloc-' "$err") kmalloc rows)"
+	real_ok "USLAB_STATS=1: python3 printed the table on stderr ($(grep -c '^kmalloc-' "$err") kmalloc rows)"
 else
-	bad "USLAB_STATS=1: no table (or not exactly one) on python3's stderr"
-	show "$err" stderr
+	real_bad "USLAB_STATS=1: no table (or not exactly one) on python3's stderr"
+	real_show "$err" stderr
 fi
 
 env LD_PRELOAD="$USLAB_LIB" "$PY" -c "$WORK" >"$out" 2>"$err"
 if [ -s "$err" ]; then
-	bad "without options, python3 wrote to stderr"
-	show "$err" stderr
+	real_bad "without options, python3 wrote to stderr"
+	real_show "$err" stderr
 else
-	ok "no options: nothing on stderr"
+	real_ok "no options: nothing on stderr"
 fi
 
 # coreutils close stdout and stderr in an atexit handler, which runs before the
 # library's destructor: the table must still appear.
 if env LD_PRELOAD="$USLAB_LIB" USLAB_STATS=1 ls -R /usr/share >/dev/null 2>"$err" && is_table "$err"; then
-	ok "USLAB_STATS=1: ls printed the table"
+	real_ok "USLAB_STATS=1: ls printed the table"
 else
-	bad "USLAB_STATS=1: ls printed no table (its atexit close_stdout closes fd 2 before uslab's destructor writes)"
-	show "$err" stderr
+	real_bad "USLAB_STATS=1: ls printed no table (its atexit close_stdout closes fd 2 before uslab's destructor writes)"
+	real_show "$err" stderr
 fi
 
 # ---- USLAB_STATS_FILE ---------------------------------------------------------------
 f=$tmp/stats.json
-env LD_PRELOAD="$USLAB_LIB" USLAB_STATS_FILE="$f" "$PY" -c "$WORK" >"$out" 2>"$err" || bad "python3 failed with USLAB_STATS_FILE"
+env LD_PRELOAD="$USLAB_LIB" USLAB_STATS_FILE="$f" "$PY" -c "$WORK" >"$out" 2>"$err" || real_bad "python3 failed with USLAB_STATS_FILE"
 if [ ! -s "$f" ]; then
-	bad "USLAB_STATS_FILE: $f was not written"
+	real_bad "USLAB_STATS_FILE: $f was not written"
 elif ! "$PY" -m json.tool "$f" >/dev/null 2>"$tmp/jt.err"; then
-	bad "USLAB_STATS_FILE: python3 -m json.tool rejects it: $(head -n1 "$tmp/jt.err")"
+	real_bad "USLAB_STATS_FILE: python3 -m json.tool rejects it: $(head -n1 "$tmp/jt.err")"
 elif msg=$(json_ok "$f" 2>&1); then
-	ok "USLAB_STATS_FILE: valid JSON, $msg"
+	real_ok "USLAB_STATS_FILE: valid JSON, $msg"
 else
-	bad "USLAB_STATS_FILE: $msg"
+	real_bad "USLAB_STATS_FILE: $msg"
 fi
 if [ -s "$err" ]; then
-	bad "USLAB_STATS_FILE alone must not print on stderr"
-	show "$err" stderr
+	real_bad "USLAB_STATS_FILE alone must not print on stderr"
+	real_show "$err" stderr
 else
-	ok "USLAB_STATS_FILE alone: nothing on stderr"
+	real_ok "USLAB_STATS_FILE alone: nothing on stderr"
 fi
 
 env LD_PRELOAD="$USLAB_LIB" USLAB_STATS_FILE=/nonexistent/dir/s.json "$PY" -c 'print(1)' >"$out" 2>"$err" ||
-	bad "python3 failed with an unwritable USLAB_STATS_FILE"
+	real_bad "python3 failed with an unwritable USLAB_STATS_FILE"
 if [ "$(cat "$out")" = 1 ] && [ "$(wc -l <"$err")" = 1 ] && grep -q '^uslab: .*/nonexistent/dir/s.json' "$err"; then
-	ok "unwritable USLAB_STATS_FILE: one message, program fine"
+	real_ok "unwritable USLAB_STATS_FILE: one message, program fine"
 else
-	bad "unwritable USLAB_STATS_FILE: want one 'uslab:' line naming the path"
-	show "$err" stderr
+	real_bad "unwritable USLAB_STATS_FILE: want one 'uslab:' line naming the path"
+	real_show "$err" stderr
 fi
 
 # ---- USLAB_STATS_SIGNAL -----------------------------------------------------------------
@@ -170,7 +136,7 @@ start_loop() {
 		grep -q ready "$tmp/loop.out" 2>/dev/null && return 0
 		sleep 0.1
 	done
-	bad "the allocating loop did not start"
+	real_bad "the allocating loop did not start"
 	return 1
 }
 stop_loop() {
@@ -191,35 +157,35 @@ f=$tmp/signal.json
 if start_loop USLAB_STATS_SIGNAL=USR2 USLAB_STATS_FILE="$f"; then
 	sleep 0.3
 	if [ -e "$f" ]; then
-		bad "USLAB_STATS_SIGNAL: the file exists before any signal"
+		real_bad "USLAB_STATS_SIGNAL: the file exists before any signal"
 	fi
 	kill -USR2 "$bg"
 	if wait_for json_ok "$f"; then
-		ok "USLAB_STATS_SIGNAL=USR2: the running process wrote valid JSON ($(json_ok "$f"))"
+		real_ok "USLAB_STATS_SIGNAL=USR2: the running process wrote valid JSON ($(json_ok "$f"))"
 		cp "$f" "$tmp/first.json"
 		sleep 0.2
 		kill -USR2 "$bg"
 		if wait_for bash -c "! cmp -s '$f' '$tmp/first.json' && [ -s '$f' ]" && wait_for json_ok "$f"; then
-			ok "USLAB_STATS_SIGNAL=USR2: a second signal wrote a new dump"
+			real_ok "USLAB_STATS_SIGNAL=USR2: a second signal wrote a new dump"
 		else
-			bad "USLAB_STATS_SIGNAL=USR2: no new dump after a second signal"
+			real_bad "USLAB_STATS_SIGNAL=USR2: no new dump after a second signal"
 		fi
 	else
-		bad "USLAB_STATS_SIGNAL=USR2: no valid JSON in $f 5 s after the signal"
-		show "$tmp/loop.err" "loop stderr"
+		real_bad "USLAB_STATS_SIGNAL=USR2: no valid JSON in $f 5 s after the signal"
+		real_show "$tmp/loop.err" "loop stderr"
 	fi
-	kill -0 "$bg" 2>/dev/null && ok "the process survived both signals" ||
-		bad "the process died from the signal"
+	kill -0 "$bg" 2>/dev/null && real_ok "the process survived both signals" ||
+		real_bad "the process died from the signal"
 	stop_loop
 fi
 
 if start_loop USLAB_STATS_SIGNAL=SIGUSR1; then
 	kill -USR1 "$bg"
 	if wait_for is_table "$tmp/loop.err"; then
-		ok "USLAB_STATS_SIGNAL=SIGUSR1 without a file: the table on stderr"
+		real_ok "USLAB_STATS_SIGNAL=SIGUSR1 without a file: the table on stderr"
 	else
-		bad "USLAB_STATS_SIGNAL=SIGUSR1 without a file: no table on stderr"
-		show "$tmp/loop.err" "loop stderr"
+		real_bad "USLAB_STATS_SIGNAL=SIGUSR1 without a file: no table on stderr"
+		real_show "$tmp/loop.err" "loop stderr"
 	fi
 	stop_loop
 fi
@@ -231,11 +197,11 @@ warns() {
 	shift 2
 	env LD_PRELOAD="$USLAB_LIB" "$@" "$PY" -c 'print(sum(range(10)))' >"$out" 2>"$err" || true
 	if [ "$(cat "$out")" = 45 ] && [ "$(cat "$err")" = "$expect" ]; then
-		ok "$what"
+		real_ok "$what"
 	else
-		bad "$what: stdout '$(cat "$out")', stderr not as expected"
+		real_bad "$what: stdout '$(cat "$out")', stderr not as expected"
 		echo "  want: ${expect:-(nothing)}"
-		show "$err" stderr
+		real_show "$err" stderr
 	fi
 }
 warns "USLAB_FOO=1: one warning line, program works" \

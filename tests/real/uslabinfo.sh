@@ -5,51 +5,18 @@
 # totals line, each --sort order, --plot (a well-formed, non-empty SVG naming
 # the caches), and the errors for a missing, non-JSON and non-uslab file.
 set -euo pipefail
-
-NAME=uslabinfo
-fails=0
-checks=0
-tmp=
-
-ok() { checks=$((checks + 1)); echo "ok: $*"; }
-bad() {
-	checks=$((checks + 1))
-	fails=$((fails + 1))
-	echo "FAIL: $NAME: $*"
-}
-show() { [ -s "$1" ] && { echo "  --- $2 ---"; head -n 15 "$1" | sed 's/^/  | /'; } || true; }
-
-cleanup() {
-	local rc=$?
-	[ -n "$tmp" ] && rm -rf "$tmp"
-	if [ "$rc" = 0 ] && [ "$fails" -gt 0 ]; then rc=1; fi
-	if [ "$rc" = 0 ]; then
-		echo "PASS: $NAME ($checks checks)"
-	else
-		echo "FAIL: $NAME ($fails of $checks checks failed, exit $rc)"
-	fi
-	exit "$rc"
-}
-trap cleanup EXIT
-
-[ -n "${USLAB_LIB:-}" ] || { echo "FAIL: $NAME: USLAB_LIB is not set" >&2; exit 1; }
-[ -f "$USLAB_LIB" ] || { echo "FAIL: $NAME: USLAB_LIB=$USLAB_LIB does not exist" >&2; exit 1; }
-USLAB_LIB=$(readlink -f "$USLAB_LIB")
-export USLAB_LIB
-unset LD_PRELOAD USLAB_STATS USLAB_STATS_FILE USLAB_STATS_SIGNAL
-if ! command -v python3 >/dev/null 2>&1; then
-	echo "SKIP: $NAME: python3 is not installed"
-	trap - EXIT
-	exit 0
-fi
+source "$(dirname "$0")/common.bash"
+unset USLAB_STATS USLAB_STATS_FILE USLAB_STATS_SIGNAL
+real_init uslabinfo "tools/uslabinfo on real dumps"
+real_need python3
 SCRIPT=$(cd "$(dirname "$0")/../.." && pwd)/tools/uslabinfo
-[ -x "$SCRIPT" ] || { echo "FAIL: $NAME: $SCRIPT is missing or not executable" >&2; exit 1; }
+[ -x "$SCRIPT" ] || real_die "$SCRIPT is missing or not executable"
 PY=$(python3 -c 'import sys; print(sys.executable)')   # the interpreter, not a shim
 # run by the interpreter directly (a pyenv-style shim costs ~0.5 s a start);
 # --help below goes through the #! line
 TOOL() { "$PY" "$SCRIPT" "$@"; }
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/uslab-uslabinfo.XXXXXX")
-echo "== $NAME: $SCRIPT, LD_PRELOAD=$USLAB_LIB"
+tmp=$REAL_TMP
+echo "$SCRIPT, LD_PRELOAD=$USLAB_LIB"
 
 HEADER_RE='^cache +objsize +objects live/total +slabs/part +memory +waste +allocs +frees +remote$'
 ROW_RE='^kmalloc-[0-9]+ +[0-9]+ +[0-9]+/[0-9]+ +[0-9]+/[0-9]+ +[0-9.]+[BKMGT] +[0-9.]+% +[0-9]+ +[0-9]+ +[0-9.]+%$'
@@ -58,15 +25,15 @@ ROW_RE='^kmalloc-[0-9]+ +[0-9]+ +[0-9]+/[0-9]+ +[0-9]+/[0-9]+ +[0-9.]+[BKMGT] +[
 check_table() {
 	local f=$1 what=$2
 	if ! grep -qE '^uslab [0-9.]+, dwcas ' "$f"; then
-		bad "$what: no summary line"; show "$f" output; return
+		real_bad "$what: no summary line"; real_show "$f" output; return
 	fi
 	if ! grep -qE "$HEADER_RE" "$f"; then
-		bad "$what: no table header"; show "$f" output; return
+		real_bad "$what: no table header"; real_show "$f" output; return
 	fi
 	local rows
 	rows=$(grep -cE "$ROW_RE" "$f" || true)
 	if [ "$rows" -lt 1 ]; then
-		bad "$what: no kmalloc row"; show "$f" output; return
+		real_bad "$what: no kmalloc row"; real_show "$f" output; return
 	fi
 	# the totals line sums the live objects, slabs and allocations of the rows
 	if awk '
@@ -75,18 +42,18 @@ check_table() {
 			tl = o[1]; ts = s[1]; ta = $(NF-2); ncache = $2; sub(/\(/, "", ncache); done = 1; next }
 		on { split($3, o, "/"); split($4, s, "/"); l += o[1]; sl += s[1]; a += $7; n++ }
 		END { exit !(done && l == tl && sl == ts && a == ta && n == ncache) }' "$f"; then
-		ok "$what: header, $rows kmalloc rows, totals add up"
+		real_ok "$what: header, $rows kmalloc rows, totals add up"
 	else
-		bad "$what: the totals line does not add up"
-		show "$f" output
+		real_bad "$what: the totals line does not add up"
+		real_show "$f" output
 	fi
 }
 
 # ---- a dump written by a real program --------------------------------------------------------
 dump=$tmp/ls.json
 env LD_PRELOAD="$USLAB_LIB" USLAB_STATS_FILE="$dump" ls -R /usr/share >/dev/null 2>&1 || true
-[ -s "$dump" ] || { bad "ls -R /usr/share under the preload wrote no dump"; exit 1; }
-TOOL "$dump" >"$tmp/t.out" 2>"$tmp/t.err" || bad "uslabinfo FILE failed: $(cat "$tmp/t.err")"
+[ -s "$dump" ] || real_die "ls -R /usr/share under the preload wrote no dump"
+TOOL "$dump" >"$tmp/t.out" 2>"$tmp/t.err" || real_bad "uslabinfo FILE failed: $(cat "$tmp/t.err")"
 check_table "$tmp/t.out" "uslabinfo ls.json"
 
 # default order: memory, largest first (compare the dump's numbers, not the human units)
@@ -95,27 +62,27 @@ import json, sys
 c = json.load(open(sys.argv[1]))["caches"]
 print(" ".join(x["name"] for x in sorted(c, key=lambda x: (-x["memory_bytes"], x["name"]))))' "$dump")
 got=$(awk '/^cache /{on=1;next} on && !/^total \(/{printf "%s%s", sep, $1; sep=" "}' "$tmp/t.out")
-[ "$got" = "$want" ] && ok "default sort is by memory" || bad "default order is not by memory: $got"
+[ "$got" = "$want" ] && real_ok "default sort is by memory" || real_bad "default order is not by memory: $got"
 
 TOOL --sort name "$dump" >"$tmp/n.out"
 awk '/^cache /{on=1;next} on && !/^total \(/{print $1}' "$tmp/n.out" >"$tmp/names"
-LC_ALL=C sort -c "$tmp/names" 2>/dev/null && ok "--sort name: alphabetical" || bad "--sort name is not alphabetical"
+LC_ALL=C sort -c "$tmp/names" 2>/dev/null && real_ok "--sort name: alphabetical" || real_bad "--sort name is not alphabetical"
 
 for key in live allocs; do
 	col=$([ $key = live ] && echo 3 || echo 7)
 	TOOL --sort $key "$dump" >"$tmp/k.out"
 	awk -v c=$col '/^cache /{on=1;next} on && !/^total \(/{split($c, v, "/"); print v[1]}' \
 		"$tmp/k.out" >"$tmp/vals"
-	sort -n -r -c "$tmp/vals" 2>/dev/null && ok "--sort $key: largest first" ||
-		bad "--sort $key is not descending"
+	sort -n -r -c "$tmp/vals" 2>/dev/null && real_ok "--sort $key: largest first" ||
+		real_bad "--sort $key is not descending"
 done
 TOOL --sort waste "$dump" >"$tmp/w.out"
 awk '/^cache /{on=1;next} on && !/^total \(/{sub(/%/, "", $6); print $6}' "$tmp/w.out" >"$tmp/vals"
-sort -g -r -c "$tmp/vals" 2>/dev/null && ok "--sort waste: largest first" || bad "--sort waste is not descending"
+sort -g -r -c "$tmp/vals" 2>/dev/null && real_ok "--sort waste: largest first" || real_bad "--sort waste is not descending"
 
 TOOL -n 3 "$dump" >"$tmp/top.out"
 [ "$(awk '/^cache /{on=1;next} on && !/^total \(/' "$tmp/top.out" | wc -l)" = 3 ] &&
-	ok "--top 3 shows three caches" || bad "--top 3 does not show three caches"
+	real_ok "--top 3 shows three caches" || real_bad "--top 3 does not show three caches"
 
 # ---- --plot ------------------------------------------------------------------------------------
 svg=$tmp/memory.svg
@@ -127,30 +94,30 @@ assert root.tag.endswith("svg"), root.tag
 rects = [e for e in root.iter() if e.tag.endswith("rect")]
 texts = " ".join(e.text or "" for e in root.iter() if e.tag.endswith("text"))
 assert len(rects) > 3 and "kmalloc-" in texts, (len(rects), texts[:80])' "$svg"; then
-	ok "--plot: a well-formed SVG ($(wc -c <"$svg") bytes) with kmalloc bars"
+	real_ok "--plot: a well-formed SVG ($(wc -c <"$svg") bytes) with kmalloc bars"
 else
-	bad "--plot did not write a well-formed, non-empty SVG"
-	show "$tmp/p.err" stderr
+	real_bad "--plot did not write a well-formed, non-empty SVG"
+	real_show "$tmp/p.err" stderr
 fi
 
 # ---- -- CMD ---------------------------------------------------------------------------------------
 TOOL --sort allocs -- "$PY" -c 'x = [bytes(100 + i % 4000) for i in range(30000)]' \
-	>"$tmp/c.out" 2>"$tmp/c.err" || bad "uslabinfo -- python3 failed: $(cat "$tmp/c.err")"
+	>"$tmp/c.out" 2>"$tmp/c.err" || real_bad "uslabinfo -- python3 failed: $(cat "$tmp/c.err")"
 check_table "$tmp/c.out" "uslabinfo -- python3"
 rc=0
 TOOL -- "$PY" -c 'import sys; x = bytes(5000); sys.exit(3)' >"$tmp/s.out" 2>"$tmp/s.err" || rc=$?
 if [ "$rc" = 3 ] && grep -qE "$HEADER_RE" "$tmp/s.out" && grep -q 'exited with status 3' "$tmp/s.err"; then
-	ok "uslabinfo -- CMD: the table, then CMD's exit status"
+	real_ok "uslabinfo -- CMD: the table, then CMD's exit status"
 else
-	bad "uslabinfo -- CMD exiting 3: status $rc, want 3 with the table and a note"
-	show "$tmp/s.err" stderr
+	real_bad "uslabinfo -- CMD exiting 3: status $rc, want 3 with the table and a note"
+	real_show "$tmp/s.err" stderr
 fi
 rc=0
 TOOL -- "$PY" -c 'import os; os._exit(4)' >"$tmp/s.out" 2>"$tmp/s.err" || rc=$?
 if [ "$rc" = 4 ] && grep -q 'wrote no statistics' "$tmp/s.err"; then
-	ok "uslabinfo -- CMD that writes no dump: a clear message and CMD's status"
+	real_ok "uslabinfo -- CMD that writes no dump: a clear message and CMD's status"
 else
-	bad "uslabinfo -- CMD calling _exit(4): status $rc, stderr $(cat "$tmp/s.err")"
+	real_bad "uslabinfo -- CMD calling _exit(4): status $rc, stderr $(cat "$tmp/s.err")"
 fi
 
 # ---- errors ----------------------------------------------------------------------------------------
@@ -160,9 +127,9 @@ expect_error() {
 	shift 2
 	TOOL "$@" >"$tmp/e.out" 2>"$tmp/e.err" || rc=$?
 	if [ "$rc" = 2 ] && grep -qE "$pat" "$tmp/e.err" && [ ! -s "$tmp/e.out" ]; then
-		ok "$what: $(head -n1 "$tmp/e.err")"
+		real_ok "$what: $(head -n1 "$tmp/e.err")"
 	else
-		bad "$what: exit $rc, stderr: $(head -n2 "$tmp/e.err")"
+		real_bad "$what: exit $rc, stderr: $(head -n2 "$tmp/e.err")"
 	fi
 }
 expect_error "a missing file" "^uslabinfo: cannot read .*: No such file" "$tmp/nope.json"
@@ -175,4 +142,4 @@ expect_error "an empty file" "is empty" "$tmp/empty.json"
 expect_error "a bad --sort" "invalid choice" --sort size "$dump"
 expect_error "no arguments" "give a FILE or -- CMD" 
 "$SCRIPT" --help >"$tmp/h.out" && grep -q -- '--sort' "$tmp/h.out" && grep -q -- '--plot' "$tmp/h.out" &&
-	ok "--help" || bad "--help does not describe --sort and --plot"
+	real_ok "--help" || real_bad "--help does not describe --sort and --plot"

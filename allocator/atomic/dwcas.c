@@ -22,7 +22,6 @@
 #ifndef HWCAP_ATOMICS
 #define HWCAP_ATOMICS (1 << 8)
 #endif
-int __dwcas_lse;
 #endif
 
 #define DWCAS_STRIPES 64
@@ -36,6 +35,9 @@ int __dwcas_lse;
 #define DWCAS_DATA __attribute__((section(".data")))
 
 int __dwcas_mode DWCAS_DATA;
+#if defined(__aarch64__)
+int __dwcas_lse DWCAS_DATA;   /* read beside __dwcas_mode by every native dwcas */
+#endif
 
 static struct {
 	spinlock_t lock;

@@ -46,32 +46,6 @@ struct worker {
 static struct worker workers[2];
 static pthread_barrier_t phase;
 
-/* VmRSS in KiB, without allocating (the allocator must stay idle). */
-static long rss_kb(void)
-{
-	char buf[4096];
-	int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
-	ssize_t n;
-
-	if (fd < 0)
-		return -1;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return -1;
-	buf[n] = 0;
-	const char *p = strstr(buf, "\nVmRSS:");
-	return p ? strtol(p + 7, NULL, 10) : -1;
-}
-
-static void sleep_ms(long ms)
-{
-	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000 };
-
-	while (nanosleep(&ts, &ts) != 0)
-		;
-}
-
 static void *worker_main(void *arg)
 {
 	struct worker *w = arg, *other = &workers[1 - w->id];
@@ -129,7 +103,7 @@ int main(void)
 
 	on_uslab = test_require_uslab();
 
-	long base = rss_kb();
+	long base = test_status_kb("VmRSS");
 	double t0 = test_now();
 
 	REQUIRE(base > 0);
@@ -139,7 +113,7 @@ int main(void)
 		REQUIRE(pthread_create(&workers[i].tid, NULL, worker_main, &workers[i]) == 0);
 	}
 	pthread_barrier_wait(&phase);
-	long peak = rss_kb();
+	long peak = test_status_kb("VmRSS");
 	double t_alloc = test_now() - t0;
 	pthread_barrier_wait(&phase);
 	pthread_barrier_wait(&phase);
@@ -150,7 +124,7 @@ int main(void)
 	long at_1s = -1, low = -1;
 	double reached_10 = -1;
 	for (;;) {
-		long r = rss_kb();
+		long r = test_status_kb("VmRSS");
 		double t = test_now() - t_freed;
 
 		sample[nsample++] = r;
@@ -162,19 +136,19 @@ int main(void)
 			at_1s = r;
 		if (t >= POLL_FOR_MS / 1000.0 || nsample == (int)(sizeof(sample) / sizeof(sample[0])))
 			break;
-		sleep_ms(POLL_MS);
+		test_sleep_ms(POLL_MS);
 	}
 	if (at_1s < 0)
 		at_1s = sample[nsample - 1];
 	long idle_end = sample[nsample - 1];
 
 	int trimmed = malloc_trim(0);
-	long after_trim = rss_kb();
+	long after_trim = test_status_kb("VmRSS");
 
 	pthread_barrier_wait(&phase);
 	for (int i = 0; i < 2; i++)
 		pthread_join(workers[i].tid, NULL);
-	long after_join = rss_kb();
+	long after_join = test_status_kb("VmRSS");
 
 	size_t blocks = workers[0].blocks + workers[1].blocks;
 	size_t bytes = workers[0].bytes + workers[1].bytes;

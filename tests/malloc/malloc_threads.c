@@ -43,27 +43,7 @@
 
 static int on_uslab;
 
-
 /* ---- helpers --------------------------------------------------------------------- */
-
-/* A field of /proc/self/status in KiB ("VmHWM", "VmRSS"); -1 if missing. */
-static long status_kb(const char *field)
-{
-	char line[256];
-	long kb = -1;
-	size_t fl = strlen(field);
-	FILE *f = fopen("/proc/self/status", "r");
-
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (!strncmp(line, field, fl) && line[fl] == ':') {
-			kb = atol(line + fl + 1);
-			break;
-		}
-	fclose(f);
-	return kb;
-}
 
 /* A block travelling between threads, with what it must contain. */
 struct item {
@@ -195,7 +175,7 @@ static void phase_mixed(void)
 	}
 	CHECK_EQ(atomic_load(&bad_blocks), 0);
 	printf("  mixed: %ld blocks, %ld cross-thread reallocs, VmHWM %ld MiB\n",
-	       atomic_load(&mix_ops), atomic_load(&mix_reallocs), status_kb("VmHWM") / 1024);
+	       atomic_load(&mix_ops), atomic_load(&mix_reallocs), test_status_kb("VmHWM") / 1024);
 }
 
 /* ---- phase: 10,000 short-lived threads ------------------------------------------- */
@@ -311,7 +291,7 @@ static void phase_short_threads(void)
 		if (b % 3 == 0)
 			free_list(left_take(0));
 		if (b % 20 == 0) {
-			long rss = status_kb("VmRSS");
+			long rss = test_status_kb("VmRSS");
 			if (rss > rss_max)
 				rss_max = rss;
 		}
@@ -324,7 +304,7 @@ static void phase_short_threads(void)
 	pthread_join(consumer, NULL);
 	free_list(left_take(0));
 
-	long hwm = status_kb("VmHWM");
+	long hwm = test_status_kb("VmHWM");
 	CHECK_EQ(atomic_load(&bad_blocks), 0);
 	CHECK_EQ(atomic_load(&short_freed), (long)SHORT_THREADS * SHORT_BLOCKS);
 	if (hwm > SHORT_HWM_LIMIT_KB) {
@@ -334,7 +314,7 @@ static void phase_short_threads(void)
 	}
 	printf("  short_threads: %d threads, %ld blocks, VmHWM %ld MiB, VmRSS max %ld / end %ld MiB, %.2f s\n",
 	       SHORT_THREADS, atomic_load(&short_freed), hwm / 1024, rss_max / 1024,
-	       status_kb("VmRSS") / 1024, test_now() - t0);
+	       test_status_kb("VmRSS") / 1024, test_now() - t0);
 }
 
 /* ---- phase: producer -> consumer that only frees ---------------------------------- */
@@ -413,7 +393,7 @@ static void phase_prodcons(void)
 	REQUIRE(pthread_create(&prod, NULL, pc_producer, NULL) == 0);
 	while (test_now() - t0 < secs) {
 		usleep(50 * 1000);
-		long rss = status_kb("VmRSS");
+		long rss = test_status_kb("VmRSS");
 		if (warm < 0 && test_now() - t0 >= secs / 4)
 			warm = rss;
 		else if (warm >= 0 && rss > rss_max)
@@ -424,7 +404,7 @@ static void phase_prodcons(void)
 	atomic_store(&pc_stop, 2);   /* the consumer drains the ring, then stops */
 	pthread_join(cons, NULL);
 
-	long hwm = status_kb("VmHWM");
+	long hwm = test_status_kb("VmHWM");
 	CHECK_EQ(atomic_load(&pc_bad), 0);
 	CHECK_EQ((long)atomic_load(&ring_head), atomic_load(&pc_freed));
 	if (warm >= 0 && rss_max - warm > PC_GROWTH_LIMIT_KB) {

@@ -3,12 +3,9 @@
  * 8 threads, with signal handlers that nest a second lock inside the first
  * one's slow path.
  *
- * Under `lock` every thread:
- *   - increments an "inside" counter and requires it to read 1;
- *   - checks that two plain fields agree (check == counter * K) before and
- *     after updating them with a gap in between, so a second thread inside
- *     would be caught by the pair or by TSan;
- * and counts its own sections (some by trylock). At the end the plain
+ * Under `lock` every thread runs exclusion.h's section (a count that must
+ * read 1, a plain pair a second thread inside would tear, or TSan would
+ * see) and counts its own sections (some by trylock). At the end the plain
  * counter equals the sum of all sections, and the word and the slot table
  * are empty.
  *
@@ -23,19 +20,17 @@
  * Duration: USLAB_STRESS_SECONDS (default 2 s) split over the two rounds.
  */
 #include "test.h"
+#include "exclusion.h"
 #include "qspinlock.h"
 
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
-#define K 0x9E3779B97F4A7C15ul
 #define MAX_THREADS 8
 
 static qspinlock_t lock = QSPINLOCK_INIT;
-static unsigned long counter;           /* plain: only under lock */
-static unsigned long check;             /* plain: counter * K, only under lock */
-static atomic_t inside;
+static struct exclusion excl;
 static atomic_t stop, stop_signals;
 static atomic_long_t trylocks_ok, queue_seen, pending_seen;
 
@@ -63,28 +58,13 @@ static void on_sigusr1(int sig)
 static void critical_section(void)
 {
 	uint32_t v = (uint32_t)atomic_read(&lock.val);
-	unsigned long c;
 
 	REQUIRE(v & QSPIN_LOCKED_MASK);
 	if (v & QSPIN_TAIL_MASK)
 		atomic_long_inc(&queue_seen);
 	if (v & QSPIN_PENDING_MASK)
 		atomic_long_inc(&pending_seen);
-	if (atomic_inc_return(&inside) != 1) {
-		fprintf(stderr, "two threads inside the queued lock (word %#x)\n", v);
-		exit(1);
-	}
-	c = counter;
-	if (check != c * K) {
-		fprintf(stderr, "plain pair torn: counter %lu check %#lx\n", c, check);
-		exit(1);
-	}
-	counter = c + 1;
-	for (int i = 0; i < 8; i++)
-		cpu_relax();                    /* widen the window */
-	check = (c + 1) * K;
-	REQUIRE(counter == c + 1);
-	atomic_dec(&inside);
+	exclusion_section(&excl, "the queued lock", v);
 }
 
 static void *worker_main(void *arg)
@@ -168,13 +148,11 @@ int main(void)
 	if (secs > 10)
 		secs = 10;
 	r4 = run_round(4, secs / 2);
-	CHECK_EQ(counter, r4);
+	exclusion_check(&excl, r4);
 	r8 = run_round(8, secs / 2);
 	total = r4 + r8;
 
-	CHECK_EQ(counter, total);
-	CHECK_EQ(check, total * K);
-	CHECK_EQ(atomic_read(&inside), 0);
+	exclusion_check(&excl, total);
 	CHECK_EQ(atomic_read(&lock.val), 0);
 	CHECK_EQ(atomic_read(&hlock.val), 0);
 	CHECK_EQ(hcounter, atomic_long_read(&handled));

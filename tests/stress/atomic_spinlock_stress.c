@@ -2,32 +2,26 @@
  * atomic_spinlock_stress - mutual exclusion of the ticket lock under 4, then
  * 8 threads (more threads than CPUs on small machines: waiters must yield).
  *
- * Under the lock every thread:
- *   - increments an "inside" counter and requires it to read 1 (nobody else
- *     is inside), and requires is_locked;
- *   - checks that two plain fields agree (check == counter * K) before and
- *     after updating them with a gap in between, so a second thread inside
- *     would be caught by the pair or by TSan;
- * and counts its own sections (half of them taken with trylock when that
- * succeeds). At the end the plain counter equals the sum of all sections.
+ * Under the lock every thread requires is_locked and runs exclusion.h's
+ * section (a count that must read 1, a plain pair a second thread inside
+ * would tear, or TSan would see), and counts its own sections (half of them
+ * taken with trylock when that succeeds). At the end the plain counter equals the sum of all sections.
  * Fairness: the ticket lock serves waiters in order, so every worker gets
  * sections; a round goes on past its time until each has had one, and a
  * worker with none by HARD_LIMIT seconds was starved: the test fails.
  * Duration: USLAB_STRESS_SECONDS (default 2 s) split over the two rounds.
  */
 #include "test.h"
+#include "exclusion.h"
 #include "spinlock.h"
 
 #include <pthread.h>
 #include <unistd.h>
 
-#define K 0x9E3779B97F4A7C15ul
 #define HARD_LIMIT 8.0   /* seconds a round may take for every worker to get in */
 
 static spinlock_t lock = SPINLOCK_INIT;
-static unsigned long counter;           /* plain: only under lock */
-static unsigned long check;             /* plain: counter * K, only under lock */
-static atomic_t inside;
+static struct exclusion excl;
 static atomic_t stop;
 static atomic_long_t trylocks_ok;
 
@@ -39,24 +33,8 @@ struct worker {
 
 static void critical_section(void)
 {
-	unsigned long c;
-
 	REQUIRE(spin_is_locked(&lock));
-	if (atomic_inc_return(&inside) != 1) {
-		fprintf(stderr, "two threads inside the ticket lock\n");
-		exit(1);
-	}
-	c = counter;
-	if (check != c * K) {
-		fprintf(stderr, "plain pair torn: counter %lu check %#lx\n", c, check);
-		exit(1);
-	}
-	counter = c + 1;
-	for (int i = 0; i < 8; i++)
-		cpu_relax();                    /* widen the window */
-	check = (c + 1) * K;
-	REQUIRE(counter == c + 1);
-	atomic_dec(&inside);
+	exclusion_section(&excl, "the ticket lock", READ_ONCE(lock.val));
 }
 
 static void *worker_main(void *arg)
@@ -123,13 +101,11 @@ int main(void)
 	if (secs > 10)
 		secs = 10;
 	r4 = run_round(4, secs / 2);
-	CHECK_EQ(counter, r4);
+	exclusion_check(&excl, r4);
 	r8 = run_round(8, secs / 2);
 	total = r4 + r8;
 
-	CHECK_EQ(counter, total);
-	CHECK_EQ(check, total * K);
-	CHECK_EQ(atomic_read(&inside), 0);
+	exclusion_check(&excl, total);
 	CHECK(!spin_is_locked(&lock));
 	CHECK_EQ(lock.owner, (uint16_t)total);
 	CHECK(r4 > 0 && r8 > 0);

@@ -32,13 +32,6 @@
 #define DECAY 100   /* ms */
 #define OLD   24    /* units freed at the start and left alone */
 
-static void sleep_ms(unsigned ms)
-{
-	struct timespec t = { ms / 1000, (long)(ms % 1000) * 1000000 };
-
-	nanosleep(&t, NULL);
-}
-
 enum { USED, DIRTY, CLEAN };
 
 static struct slab *unit_new(void)
@@ -76,7 +69,7 @@ static void test_generations(void)
 		segment_free_units(churn);
 		churn = unit_new();
 		CHECK(churn != NULL);
-		sleep_ms(5);
+		test_sleep_ms(5);
 		clock_gettime(CLOCK_MONOTONIC, &t);
 	} while ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 < 4 * DECAY);
 
@@ -90,7 +83,7 @@ static void test_generations(void)
 	CHECK(a != NULL && b != NULL);
 	segment_free_units(churn);
 	segment_free_units(a);
-	sleep_ms(DECAY + 10);   /* the segment's tick is due */
+	test_sleep_ms(DECAY + 10);   /* the segment's tick is due */
 	last = (char *)slab_start(b);
 	segment_free_units(b);   /* runs segment_decay(): the tick */
 	CHECK_EQ(segment_unit_state(last), DIRTY);
@@ -98,7 +91,7 @@ static void test_generations(void)
 
 	/* and it goes too once it has been free for two periods */
 	for (int i = 0; i < 3; i++) {
-		sleep_ms(DECAY);
+		test_sleep_ms(DECAY);
 		segment_decay();
 	}
 	CHECK_EQ(segment_unit_state(last), CLEAN);
@@ -123,7 +116,7 @@ static void test_huge(void)
 {
 	if (!free_huge_block(LARGE_MAX + (1u << 20), 1))
 		return;
-	sleep_ms(2 * DECAY);
+	test_sleep_ms(2 * DECAY);
 	/* no huge request from here on: an ordinary slow path must do it */
 	struct slab *u = unit_new();
 	CHECK(u != NULL);

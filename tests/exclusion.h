@@ -1,0 +1,61 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * exclusion.h - the critical section of the lock stress tests, which shows
+ * whether two threads were ever inside at once.
+ *
+ * Inside the lock a thread counts itself in (the count must read 1), checks
+ * that two plain fields agree (check == counter * K) before and after
+ * updating them with a gap between the two stores, and counts itself out: a
+ * second thread inside is caught by the count, by the pair, or by TSan.
+ * After all threads have left, counter is the number of sections.
+ *
+ *   static struct exclusion x;
+ *   lock(); exclusion_section(&x, "the ticket lock", word); unlock();
+ *   exclusion_check(&x, total_sections);
+ */
+#ifndef USLAB_TEST_EXCLUSION_H
+#define USLAB_TEST_EXCLUSION_H
+
+#include "atomic.h"
+#include "test.h"
+
+#define EXCLUSION_K 0x9E3779B97F4A7C15ul
+
+struct exclusion {
+	atomic_t inside;
+	unsigned long counter;   /* plain: only under the lock */
+	unsigned long check;     /* plain: counter * EXCLUSION_K, only under the lock */
+};
+
+/* The caller holds the lock; word is the lock's word as the caller read it,
+ * for the message. Ends the test at once if another thread is inside. */
+static inline void exclusion_section(struct exclusion *x, const char *lock, unsigned long word)
+{
+	unsigned long c;
+
+	if (atomic_inc_return(&x->inside) != 1) {
+		fprintf(stderr, "two threads inside %s (lock word %#lx)\n", lock, word);
+		exit(1);
+	}
+	c = x->counter;
+	if (x->check != c * EXCLUSION_K) {
+		fprintf(stderr, "%s: plain pair torn: counter %lu check %#lx\n", lock, c, x->check);
+		exit(1);
+	}
+	x->counter = c + 1;
+	for (int i = 0; i < 8; i++)
+		cpu_relax();                    /* widen the window */
+	x->check = (c + 1) * EXCLUSION_K;
+	REQUIRE(x->counter == c + 1);
+	atomic_dec(&x->inside);
+}
+
+/* No thread inside, and total sections taken in all. */
+static inline void exclusion_check(struct exclusion *x, unsigned long total)
+{
+	CHECK_EQ(x->counter, total);
+	CHECK_EQ(x->check, total * EXCLUSION_K);
+	CHECK_EQ(atomic_read(&x->inside), 0);
+}
+
+#endif

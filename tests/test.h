@@ -8,9 +8,12 @@
  *
  *   CHECK, CHECK_EQ, REQUIRE        checks; REQUIRE ends the test at once
  *   test_skip, test_done            a check not run here; main's last word
+ *   test_now, test_sleep_ms, test_stress_seconds, test_rand
  *   test_fill, test_intact, ...     a block's pattern, from its address and
  *                                   size (or a seed that travels with it)
  *   test_run_child, test_expect_abort   code run in a forked child
+ *   test_open_doc                   a file of docs/, for tests that hold it
+ *                                   to the code
  *   test_status_kb, test_vma_of, test_thp_mode   what the kernel says
  *   test_require_uslab, test_end_startup_arena   drop-in (preloaded) tests,
  *                                   with USLAB_TEST_PRELOAD defined first
@@ -401,6 +404,27 @@ static inline bool test_expect_abort_known_wrong(void (*fn)(void *), void *arg,
 	}
 	test_child_failed(&c, today);
 	return false;
+}
+
+/* ---- the source tree ---------------------------------------------------------------------- */
+
+/* docs/<name> of the source tree, found from this header's own path (tests
+ * run in the build tree); NULL, counted as a failure, if it cannot be
+ * opened: why says what the file is needed for. */
+static inline FILE *test_open_doc(const char *name, const char *why)
+{
+	char path[4096];
+	const char *slash = strrchr(__FILE__, '/');
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%.*s/../docs/%s", slash ? (int)(slash - __FILE__) : 1,
+		 slash ? __FILE__ : ".", name);
+	f = fopen(path, "r");
+	if (!f) {
+		fprintf(stderr, "cannot open %s (%s)\n", path, why);
+		test_failures++;
+	}
+	return f;
 }
 
 /* ---- what the kernel says -------------------------------------------------------------------- */

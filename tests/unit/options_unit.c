@@ -11,7 +11,7 @@
  *             reads the environment, warns once per bad entry, allocates
  *             nothing
  *   docs      docs/options.md lists every option of the X-macro, exactly,
- *             with its type, default and meaning (found from __FILE__)
+ *             with its type, default and meaning (test_open_doc)
  */
 #define _GNU_SOURCE
 #include "test.h"
@@ -501,23 +501,12 @@ static void check_doc_row(int id, char *type, char *dflt, char *meaning)
 
 static void test_docs(void)
 {
-	char path[PATH_MAX], line[1024];
-	const char *slash = strrchr(__FILE__, '/');
+	char line[1024];
 	int seen[OPT_COUNT] = { 0 };
-	FILE *f;
+	FILE *f = test_open_doc("options.md", "it must list every option");
 
-	/* tests/unit/options_unit.c -> docs/options.md */
-	if (slash)
-		snprintf(path, sizeof(path), "%.*s/../../docs/options.md", (int)(slash - __FILE__),
-			 __FILE__);
-	else
-		snprintf(path, sizeof(path), "../../docs/options.md");
-	f = fopen(path, "r");
-	if (!f) {
-		fprintf(stderr, "cannot open %s (docs/options.md must list every option)\n", path);
-		test_failures++;
+	if (!f)
 		return;
-	}
 	while (fgets(line, sizeof(line), f)) {
 		char *cell[6] = { 0 }, *p = line;
 		int n = 0;

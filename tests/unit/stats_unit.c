@@ -19,7 +19,7 @@
  * kmalloc-3072 cache through uslab_malloc/uslab_free, and the table
  * (uslab_stats_print) must agree with the JSON. docs/stats.md must list
  * every counter of the X-macro in allocator/stats.h, with its text, and no
- * other (found from __FILE__, as options_unit finds docs/options.md).
+ * other (test_open_doc finds it, as it finds docs/options.md for options_unit).
  */
 #define _GNU_SOURCE
 #include "test.h"
@@ -340,22 +340,13 @@ static const struct {
 
 static void test_docs(void)
 {
-	char path[PATH_MAX], line[1024];
-	const char *slash = strrchr(__FILE__, '/');
+	char line[1024];
 	int seen[NR_CACHE_STATS] = { 0 };
 	bool in_table = false;
-	FILE *f;
+	FILE *f = test_open_doc("stats.md", "it must describe every counter");
 
-	/* tests/unit/stats_unit.c -> docs/stats.md */
-	snprintf(path, sizeof(path), "%.*s/../../docs/stats.md", slash ? (int)(slash - __FILE__) : 1,
-		 slash ? __FILE__ : ".");
-	f = fopen(path, "r");
-	if (!f) {
-		fprintf(stderr, "cannot open %s (docs/stats.md must describe every counter)\n",
-			path);
-		test_failures++;
+	if (!f)
 		return;
-	}
 	while (fgets(line, sizeof(line), f)) {
 		if (line[0] == '#') {
 			in_table = strncmp(line, "### Per cache: the counters", 27) == 0;

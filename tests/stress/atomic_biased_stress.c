@@ -128,11 +128,7 @@ int main(void)
 	REQUIRE(pthread_create(&rel, NULL, releaser, NULL) == 0);
 	REQUIRE(pthread_create(&obs, NULL, observer, NULL) == 0);
 
-	double end = test_now() + test_stress_seconds(1.5);
-	while (test_now() < end) {
-		struct timespec ts = { 0, 10 * 1000 * 1000 };
-		nanosleep(&ts, NULL);
-	}
+	test_sleep_ms((long)(test_stress_seconds(1.5) * 1000));
 	atomic_set(&stop, 1);
 	for (int t = 0; t < USERS; t++)
 		pthread_join(u[t], NULL);

@@ -193,7 +193,6 @@ static void run_phase(enum dwcas_path path, double seconds)
 {
 	pthread_t t[NTHREADS];
 	dword_t before = dwcas_read_stable(&head);
-	double end;
 
 	REQUIRE(dwcas_set_path(path));
 	REQUIRE(dwcas_path() == path);
@@ -201,9 +200,7 @@ static void run_phase(enum dwcas_path path, double seconds)
 	atomic_long_set(&ops, 0);
 	for (long i = 0; i < NTHREADS; i++)
 		REQUIRE(pthread_create(&t[i], NULL, worker, (void *)(intptr_t)i) == 0);
-	end = test_now() + seconds;
-	while (test_now() < end)
-		usleep(10000);
+	test_sleep_ms((long)(seconds * 1000));
 	atomic_set(&stop, 1);
 	for (int i = 0; i < NTHREADS; i++)
 		pthread_join(t[i], NULL);

@@ -135,11 +135,7 @@ int main(void)
 
 	for (int t = 0; t < nthreads; t++)
 		REQUIRE(pthread_create(&th[t], NULL, worker, (void *)(intptr_t)t) == 0);
-	double end = test_now() + secs;
-	while (test_now() < end) {
-		struct timespec ts = { 0, 10 * 1000 * 1000 };
-		nanosleep(&ts, NULL);
-	}
+	test_sleep_ms((long)(secs * 1000));
 	atomic_set(&stop, 1);
 	for (int t = 0; t < nthreads; t++)
 		pthread_join(th[t], NULL);

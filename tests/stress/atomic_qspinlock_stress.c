@@ -108,7 +108,6 @@ static unsigned long run_round(int nthreads, double seconds)
 	struct signaller s = { .w = w, .n = nthreads };
 	unsigned long total = 0;
 	long queued_before = atomic_long_read(&queue_seen);
-	double end;
 
 	atomic_set(&stop, 0);
 	atomic_set(&stop_signals, 0);
@@ -117,9 +116,7 @@ static unsigned long run_round(int nthreads, double seconds)
 		REQUIRE(pthread_create(&w[i].tid, NULL, worker_main, &w[i]) == 0);
 	}
 	REQUIRE(pthread_create(&s.tid, NULL, signaller_main, &s) == 0);
-	end = test_now() + seconds;
-	while (test_now() < end)
-		usleep(10000);
+	test_sleep_ms((long)(seconds * 1000));
 	/* no signal may target a worker that is gone */
 	atomic_set(&stop_signals, 1);
 	pthread_join(s.tid, NULL);

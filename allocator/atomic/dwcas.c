@@ -184,10 +184,6 @@ void dwcas_unlock_all(bool child)
 {
 	if (!stripes_held)
 		return;
-	for (int i = DWCAS_STRIPES - 1; i >= 0; i--) {
-		if (child)
-			spin_unlock_after_fork_child(&stripes[i].lock);
-		else
-			spin_unlock(&stripes[i].lock);
-	}
+	for (int i = DWCAS_STRIPES - 1; i >= 0; i--)
+		spin_unlock_fork(&stripes[i].lock, child);
 }

@@ -86,6 +86,16 @@ static inline void spin_unlock_after_fork_child(spinlock_t *l)
 	spin_lock_init(l);
 }
 
+/* The one way a fork handler lets go of a lock it took in prepare: the
+ * parent unlocks, the child re-initialises (see above). */
+static inline void spin_unlock_fork(spinlock_t *l, bool child)
+{
+	if (child)
+		spin_unlock_after_fork_child(l);
+	else
+		spin_unlock(l);
+}
+
 static inline bool spin_is_locked(const spinlock_t *l)
 {
 	uint32_t v = READ_ONCE(l->val);

@@ -161,7 +161,16 @@ void uslab_stats_json(FILE *out);
  * to always call the library; USLAB_INLINE_FAST_PATHS says whether a
  * translation unit got the inline versions (GCC or Clang, optimising).
  */
-struct uslab_cpu_cache_ {            /* per thread, per cache */
+#if defined(__GNUC__)
+#define USLAB_MAY_ALIAS_ __attribute__((__may_alias__))
+/* always inlined, never emitted: usable from the extern inline functions below */
+#define USLAB_CORE_INLINE_ extern __inline __attribute__((__gnu_inline__, __always_inline__))
+#else
+#define USLAB_MAY_ALIAS_
+#define USLAB_CORE_INLINE_ static inline
+#endif
+/* may_alias: the library reaches its own cpu slabs through this type too */
+struct USLAB_MAY_ALIAS_ uslab_cpu_cache_ {   /* per thread, per cache */
 	void *freelist;                  /* objects of the active slab, private */
 	unsigned long base, span;        /* the active slab's objects: [base, base + span) */
 	void *private_[3];
@@ -173,6 +182,44 @@ struct uslab_cache_fast_ {           /* the head of struct uslab_cache */
 					    in a thread's heap (an always-empty one for a
 					    cache with a constructor) */
 };
+
+/*
+ * The fast paths, defined once: these three serve the inline functions
+ * below, the library's own uslab_cache_alloc/free, and malloc and free.
+ * fp_offset is where an object keeps its free pointer (0 but for caches
+ * with a constructor). No atomic instruction, no lock, no call.
+ */
+/* The next object of the cpu freelist, or NULL when it is empty. */
+USLAB_CORE_INLINE_ void *uslab_cpu_pop_(struct uslab_cpu_cache_ *c, unsigned long fp_offset)
+{
+	void *obj = c->freelist;
+
+	if (__builtin_expect(obj != 0, 1))
+		c->freelist = *(void **)(void *)((char *)obj + fp_offset);
+	return obj;
+}
+
+/* obj onto the cpu freelist, unchecked. */
+USLAB_CORE_INLINE_ void uslab_cpu_link_(struct uslab_cpu_cache_ *c, void *obj,
+				       unsigned long fp_offset)
+{
+	*(void **)(void *)((char *)obj + fp_offset) = c->freelist;
+	c->freelist = obj;
+	c->fast_frees++;
+}
+
+/* obj onto the cpu freelist if it is an object of the active slab and not
+ * the list's head; 0 otherwise (another slab's, NULL, a double free: the
+ * caller's slow path tells them apart). */
+USLAB_CORE_INLINE_ int uslab_cpu_push_(struct uslab_cpu_cache_ *c, void *obj,
+				      unsigned long fp_offset)
+{
+	if (__builtin_expect((unsigned long)obj - c->base < c->span && obj != c->freelist, 1)) {
+		uslab_cpu_link_(c, obj, fp_offset);
+		return 1;
+	}
+	return 0;
+}
 
 #if !defined(USLAB_NO_INLINE) && !defined(USLAB_BUILDING_LIBRARY) && defined(__GNUC__) && \
 	defined(__OPTIMIZE__)
@@ -190,27 +237,19 @@ void uslab__cache_free(struct uslab_cache *cache, void *obj);
 USLAB_FAST_INLINE_ void *uslab_cache_alloc(struct uslab_cache *cache)
 {
 	const struct uslab_cache_fast_ *s = (const struct uslab_cache_fast_ *)(const void *)cache;
-	struct uslab_cpu_cache_ *c = USLAB_CPU_CACHE_(s);
-	void *obj = c->freelist;
+	void *obj = uslab_cpu_pop_(USLAB_CPU_CACHE_(s), 0);
 
-	if (__builtin_expect(obj != 0, 1)) {
-		c->freelist = *(void **)obj;
+	if (__builtin_expect(obj != 0, 1))
 		return obj;
-	}
 	return uslab__cache_alloc(cache);   /* refill */
 }
 
 USLAB_FAST_INLINE_ void uslab_cache_free(struct uslab_cache *cache, void *obj)
 {
 	const struct uslab_cache_fast_ *s = (const struct uslab_cache_fast_ *)(const void *)cache;
-	struct uslab_cpu_cache_ *c = USLAB_CPU_CACHE_(s);
 
-	if (__builtin_expect((unsigned long)obj - c->base < c->span && obj != c->freelist, 1)) {
-		*(void **)obj = c->freelist;
-		c->freelist = obj;
-		c->fast_frees++;
+	if (__builtin_expect(uslab_cpu_push_(USLAB_CPU_CACHE_(s), obj, 0), 1))
 		return;
-	}
 	uslab__cache_free(cache, obj);   /* checks, other slabs */
 }
 #undef USLAB_FAST_INLINE_

@@ -26,7 +26,7 @@
  */
 #include "test.h"
 #include "uslab.h"
-#include "internal.h"
+#include "kmalloc.h"
 
 #include <pthread.h>
 #include <stdbool.h>

@@ -22,7 +22,7 @@
  */
 #define _GNU_SOURCE
 #include "test.h"
-#include "internal.h"
+#include "kmalloc.h"
 #include "kmalloc.h"
 #include "options.h"
 #include "uslab.h"

@@ -23,7 +23,7 @@
  */
 #define _GNU_SOURCE
 #include "test.h"
-#include "internal.h"
+#include "kmalloc.h"
 #include "kmalloc.h"
 #include "options.h"
 
@@ -108,7 +108,7 @@ static char *free_huge_block(size_t len, int byte)
 		return NULL;
 	memset(p, byte, len);
 	uslab_free(p);
-	CHECK(kmalloc_huge_cached_bytes() >= len);
+	CHECK(range_cache_bytes() >= len);
 	return p;
 }
 
@@ -121,7 +121,7 @@ static void test_huge(void)
 	struct slab *u = unit_new();
 	CHECK(u != NULL);
 	segment_free_units(u);
-	CHECK_EQ(kmalloc_huge_cached_bytes(), 0);
+	CHECK_EQ(range_cache_bytes(), 0);
 }
 
 static void test_placement(void)
@@ -168,7 +168,7 @@ static void test_carve(void)
 
 	if (!p)
 		return;
-	size_t cached = kmalloc_huge_cached_bytes();
+	size_t cached = range_cache_bytes();
 
 	/* take 1 MiB runs until one comes from the freed block */
 	enum { MAX_RUNS = 64 };
@@ -200,7 +200,7 @@ static void test_carve(void)
 		}
 	}
 	CHECK(found);
-	CHECK_EQ(kmalloc_huge_cached_bytes(), cached - SEG_SIZE);
+	CHECK_EQ(range_cache_bytes(), cached - SEG_SIZE);
 	for (unsigned i = 0; i < nr; i++)
 		segment_free_units(runs[i]);
 }

@@ -14,7 +14,7 @@
  */
 #include "test.h"
 #include "uslab.h"
-#include "internal.h"
+#include "kmalloc.h"
 
 #include <pthread.h>
 #include <stdbool.h>

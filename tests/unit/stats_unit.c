@@ -24,8 +24,8 @@
 #define _GNU_SOURCE
 #include "test.h"
 #include "stats_json.h"
-#include "stats.h"
-#include "internal.h"   /* kmalloc_startup_end */
+#include "slab.h"
+#include "kmalloc.h"   /* kmalloc_startup_end */
 #include "uslab.h"
 
 #include <limits.h>

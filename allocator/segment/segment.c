@@ -1,35 +1,34 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * segment.c - segments, unit runs, the pointer registry, and metadata memory.
+ * segment.c - segments, runs of units, the registry, and the walks over
+ * every descriptor.
  *
  * A segment is SEG_SIZE bytes aligned to SEG_SIZE. Its first SEG_HDR_UNITS
  * units hold struct segment with one descriptor (struct slab) per unit; the
- * other units are handed out as runs that become slabs. A descriptor is
- * written when its unit joins a run and cleared when it leaves: a free
- * unit's reads as zero, so a fresh mapping needs no initialisation beyond
- * the header's first fields and touches a descriptor page only when a run
- * reaches it. seg_lock protects the
- * segment list and every free_map; descriptors of a run belong to its slab.
+ * other units are handed out as runs that become slabs or large blocks. A
+ * descriptor is written when its unit joins a run and cleared when it
+ * leaves: a free unit's reads as zero, so a fresh mapping needs no
+ * initialisation beyond the header's first fields and touches a descriptor
+ * page only when a run reaches it. seg_lock protects the segment list and
+ * every unit map; descriptors of a run belong to its owner.
  *
  * The registry answers "is this a segment of ours?" with one relaxed load: a
  * byte per possible segment of the 47-bit address space (32 MiB of zero
  * pages in .bss; only the pages covering our segments are ever touched).
  */
-#include "internal.h"
+#include "local.h"
 #include "options.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
-static spinlock_t seg_lock = SPINLOCK_INIT;
-static struct segment *seg_list;
+spinlock_t seg_lock = SPINLOCK_INIT;
+struct segment *seg_list;
+size_t clean_free_units;
+size_t dirty_free_units;
 static unsigned nr_empty_segments;
 static atomic_long_t mapped_bytes;
-static size_t clean_free_units;    /* free units that hold no memory (seg_lock) */
-static size_t dirty_free_units;    /* free units still committed (seg_lock) */
-static uint64_t last_decay_ms;
 
 /* Published with a release store before the segment's first unit is handed
  * out; a pointer from it reaches another thread only through some later
@@ -51,19 +50,17 @@ size_t segment_committed_bytes(void)
 	return segment_mapped_bytes() - (READ_ONCE(clean_free_units) << UNIT_SHIFT);
 }
 
-#define now_ms os_now_ms
-
 /* ---- segments ------------------------------------------------------------ */
 
 /*
- * A new segment: carved from a range the huge cache holds (committed memory
+ * A new segment: carved from a freed huge range kept for reuse (committed memory
  * a freed huge block left) when one is big enough, else a fresh mapping.
  * A carved segment's units all count as dirty: they may hold pages and
  * data, so none is claimed as zeroed, and decay gives them back in time.
  */
 static struct segment *segment_map(void)
 {
-	struct segment *seg = (struct segment *)huge_cache_take_aligned(SEG_SIZE, SEG_SIZE);
+	struct segment *seg = (struct segment *)range_cache_take_aligned(SEG_SIZE, SEG_SIZE);
 	bool recycled = seg != NULL;
 
 	if (recycled) {
@@ -86,7 +83,7 @@ static struct segment *segment_map(void)
 	if (recycled) {
 		memcpy(seg->dirty_map, seg->free_map, sizeof(seg->dirty_map));
 		seg->dirty_units = seg->free_units;
-		seg->aged_ms = now_ms();
+		seg->aged_ms = os_now_ms();
 	}
 	atomic_long_add(SEG_SIZE, &mapped_bytes);
 	registry_set((uintptr_t)seg, true);
@@ -129,7 +126,7 @@ static void seg_list_add_new(struct segment *seg)
 	WRITE_ONCE(dirty_free_units, dirty_free_units + seg->dirty_units);
 }
 
-static bool bit(const uint64_t *map, unsigned i)
+bool bit(const uint64_t *map, unsigned i)
 {
 	return (map[i / 64] >> (i % 64)) & 1;
 }
@@ -153,7 +150,7 @@ static void set_bits(uint64_t *map, unsigned first, unsigned n, bool on)
  * (clean_free_units, dirty_free_units) follow every move. aged_map is a
  * subset of dirty_map: a claim clears both bits, a free sets neither.
  */
-static void units_take(struct segment *seg, unsigned first, unsigned n, bool *zeroed)
+void units_take(struct segment *seg, unsigned first, unsigned n, bool *zeroed)
 {
 	unsigned dirty = 0;
 
@@ -172,13 +169,13 @@ static void units_take(struct segment *seg, unsigned first, unsigned n, bool *ze
 		*zeroed = dirty == 0;
 }
 
-static void units_give(struct segment *seg, unsigned first, unsigned n, bool dirty)
+void units_give(struct segment *seg, unsigned first, unsigned n, bool dirty)
 {
 	set_bits(seg->free_map, first, n, true);
 	seg->free_units += n;
 	if (dirty) {
 		if (!seg->dirty_units)   /* its decay clock starts with its first */
-			seg->aged_ms = now_ms();
+			seg->aged_ms = os_now_ms();
 		set_bits(seg->dirty_map, first, n, true);
 		seg->dirty_units += n;
 		WRITE_ONCE(dirty_free_units, dirty_free_units + n);
@@ -191,7 +188,7 @@ static void units_give(struct segment *seg, unsigned first, unsigned n, bool dir
 
 /* The first index >= i whose bit in map is `want` (SEG_UNITS if none):
  * a word at a time, so sparse and full maps cost a few instructions. */
-static unsigned next_bit(const uint64_t *map, unsigned i, bool want)
+unsigned next_bit(const uint64_t *map, unsigned i, bool want)
 {
 	while (i < SEG_UNITS) {
 		uint64_t w = want ? map[i / 64] : ~map[i / 64];
@@ -306,7 +303,7 @@ struct slab *segment_alloc_units(unsigned n, uint8_t kind, bool *zeroed)
 	unsigned first;
 
 	for (;;) {
-		spin_lock(&seg_lock);
+		lock_ranked(&seg_lock, RANK_SEG);
 		/* committed runs first: reusing them costs no page faults */
 		for (seg = seg_list; seg; seg = seg->next) {
 			if (seg->dirty_units < n)
@@ -341,7 +338,7 @@ struct slab *segment_alloc_units(unsigned n, uint8_t kind, bool *zeroed)
 			first = SEG_HDR_UNITS;
 			goto found;
 		}
-		spin_unlock(&seg_lock);
+		unlock_ranked(&seg_lock, RANK_SEG);
 		/* Map outside the lock; another thread may free units meanwhile. */
 		fresh = segment_map();
 		if (!fresh)
@@ -350,7 +347,7 @@ struct slab *segment_alloc_units(unsigned n, uint8_t kind, bool *zeroed)
 found:;
 	struct slab *head = run_claim(seg, first, n, kind, zeroed);
 
-	spin_unlock(&seg_lock);
+	unlock_ranked(&seg_lock, RANK_SEG);
 	if (fresh)   /* raced: someone else made room; keep ours as the reserve */
 		segment_give_back(fresh);
 	segment_decay();
@@ -360,9 +357,9 @@ found:;
 /* A mapped, never-listed segment joins the list as an empty reserve. */
 void segment_give_back(struct segment *seg)
 {
-	spin_lock(&seg_lock);
+	lock_ranked(&seg_lock, RANK_SEG);
 	seg_list_add_new(seg);
-	spin_unlock(&seg_lock);
+	unlock_ranked(&seg_lock, RANK_SEG);
 	segment_release_empty_over((unsigned)option(OPT_RESERVE_SEGMENTS));
 }
 
@@ -371,163 +368,15 @@ void segment_free_units(struct slab *head)
 	struct segment *seg = ptr_segment(head);
 	unsigned first = desc_unit(head), n = head->nunits;
 
-	spin_lock(&seg_lock);
+	lock_ranked(&seg_lock, RANK_SEG);
 	descs_clear(seg, first, n);
 	units_give(seg, first, n, true);
 	biased_dec_return(&seg->users);
 	bool empty = seg->free_units == SEG_UNITS - SEG_HDR_UNITS;
-	spin_unlock(&seg_lock);
+	unlock_ranked(&seg_lock, RANK_SEG);
 	if (empty)
 		segment_release_empty_over((unsigned)option(OPT_RESERVE_SEGMENTS));
 	segment_decay();
-}
-
-/* ---- decay: giving free units' memory back ----------------------------------
- *
- * A freed unit stays committed ("dirty") so that reusing it soon costs no
- * page faults. Slow paths call segment_decay(): units dirty for longer than
- * USLAB_DECAY_MS, and all dirty units whenever there are more than
- * USLAB_DIRTY_MAX bytes of them, are given back with madvise(MADV_DONTNEED)
- * (not MADV_FREE: the kernel then frees at once, so RSS reflects it, and a
- * unit reused later faults in zero pages, which calloc relies on).
- * The madvise runs outside seg_lock; the units are taken off the free map
- * meanwhile so nobody can claim memory that is being zapped.
- */
-
-/*
- * The ranges a purge has taken off the free maps while it madvises them
- * outside seg_lock: purge_inflight[] (layout.c) and its count, under
- * seg_lock; one purge at a time (purge_busy). A child of
- * fork() has not the purging thread: segment_unlock_all gives them back to
- * its free maps, as dirty (they may or may not have been zapped).
- */
-static unsigned purge_nr_inflight;
-static bool purge_busy;
-void (*purge_test_hook)(void);   /* tests: runs while a batch is out */
-
-/*
- * Purge free committed units, madvise outside seg_lock, in batches.
- * keep_units == SIZE_MAX: decay. A segment whose last tick is at least
- * `decay` ms old purges its aged units (dirty at that tick and ever since,
- * so idle for between one and two decay periods), then ticks: the units
- * dirty now become aged. Units freed moments ago are never purged by decay,
- * however long the segment has been busy.
- * Otherwise (over the budget): any dirty units, until no more than
- * keep_units remain.
- */
-static void purge(uint64_t now, uint64_t decay, size_t keep_units)
-{
-	struct purge_range *r = purge_inflight;
-	unsigned nr, purged = 0;
-	bool aging = keep_units == SIZE_MAX;
-
-	spin_lock(&seg_lock);
-	if (purge_busy) {   /* another thread is purging: it will do */
-		spin_unlock(&seg_lock);
-		return;
-	}
-	purge_busy = true;
-	do {
-		nr = 0;
-		for (struct segment *seg = seg_list; seg && nr < PURGE_BATCH; seg = seg->next) {
-			const uint64_t *map = aging ? seg->aged_map : seg->dirty_map;
-			unsigned i;
-
-			if (!seg->dirty_units || (aging && now - seg->aged_ms < decay))
-				continue;
-			for (i = next_bit(map, SEG_HDR_UNITS, true); i < SEG_UNITS && nr < PURGE_BATCH &&
-						 dirty_free_units > (aging ? 0 : keep_units);) {
-				unsigned n = next_bit(map, i, false) - i;
-
-				units_take(seg, i, n, NULL);   /* reserved while zapped */
-				r[nr++] = (struct purge_range){ seg, i, n };
-				i = next_bit(map, i + n, true);
-			}
-			if (aging && i >= SEG_UNITS) {   /* all aged ones taken: tick */
-				memcpy(seg->aged_map, seg->dirty_map, sizeof(seg->aged_map));
-				seg->aged_ms = now;
-			}
-		}
-		purge_nr_inflight = nr;
-		spin_unlock(&seg_lock);
-		if (unlikely(purge_test_hook))
-			purge_test_hook();
-		for (unsigned k = 0; k < nr; k++)
-			os_decommit((char *)r[k].seg + ((size_t)r[k].first << UNIT_SHIFT),
-				    (size_t)r[k].n << UNIT_SHIFT);
-		spin_lock(&seg_lock);
-		for (unsigned k = 0; k < nr; k++)
-			units_give(r[k].seg, r[k].first, r[k].n, false);
-		purge_nr_inflight = 0;
-		purged += nr;
-	} while (nr == PURGE_BATCH);
-	purge_busy = false;
-	spin_unlock(&seg_lock);
-	if (purged)   /* segments it emptied of dirt may go now */
-		segment_release_empty_over((unsigned)option(OPT_RESERVE_SEGMENTS));
-}
-
-/* Bytes in use outside segments (huge blocks), reported by kmalloc. */
-static atomic_long_t outside_in_use;
-
-void segment_note_outside(long delta)
-{
-	atomic_long_add(delta, &outside_in_use);
-}
-
-/*
- * How much free but committed memory each pool (the dirty units here, the
- * huge cache in kmalloc.c) may hold: USLAB_DIRTY_MAX, or
- * USLAB_DIRTY_PERCENT of the bytes in use (segments' units out, segment
- * headers, huge blocks) when that is more. A fixed cap that suits a small
- * heap makes a big one that churns blocks purge and re-fault the same
- * memory over and over; one that follows the heap keeps the committed
- * reserve in proportion, and falls back to the fixed floor as the heap
- * empties (so a program that frees everything still gives it back).
- */
-size_t dirty_budget(void)
-{
-	size_t free_units = READ_ONCE(clean_free_units) + READ_ONCE(dirty_free_units);
-	size_t mapped = segment_mapped_bytes(), in_use = 0;
-	long outside = atomic_long_read(&outside_in_use);
-
-	if (mapped > free_units << UNIT_SHIFT)   /* racy reads: never below zero */
-		in_use = mapped - (free_units << UNIT_SHIFT);
-	if (outside > 0)
-		in_use += (size_t)outside;
-	size_t scaled = in_use / 100 * (size_t)option(OPT_DIRTY_PERCENT);
-	size_t floor = (size_t)option(OPT_DIRTY_MAX);
-	return scaled > floor ? scaled : floor;
-}
-
-void segment_decay(void)
-{
-	uint64_t decay = (uint64_t)option(OPT_DECAY_MS);
-	size_t dirty_bytes = READ_ONCE(dirty_free_units) << UNIT_SHIFT;
-
-	/* Nothing to age: no clock read (a short-lived program's first
-	 * clock_gettime costs it two page faults, libc's and the vDSO's). */
-	if (!dirty_bytes && !kmalloc_huge_cached_bytes())
-		return;
-	if (decay == 0) {   /* huge_cache_put expires the huge cache itself */
-		if (dirty_bytes)
-			purge(0, 0, 0);
-		return;
-	}
-	if (dirty_bytes) {
-		size_t cap = dirty_budget();
-		if (dirty_bytes > cap) {   /* down to half the budget */
-			purge(0, 0, (cap >> UNIT_SHIFT) / 2);
-			return;
-		}
-	}
-	uint64_t now = now_ms();
-	if (now - READ_ONCE(last_decay_ms) < decay / 4 + 1)
-		return;
-	WRITE_ONCE(last_decay_ms, now);
-	if (dirty_bytes)
-		purge(now, decay, SIZE_MAX);
-	huge_cache_decay(now, decay);   /* the other pool ages on the same tick */
 }
 
 /* Tests: the unit holding p is in use (0), free and committed (1), or free
@@ -538,84 +387,12 @@ int segment_unit_state(const void *p)
 	unsigned i = (unsigned)(((uintptr_t)p - (uintptr_t)seg) >> UNIT_SHIFT);
 	int state;
 
-	spin_lock(&seg_lock);
+	lock_ranked(&seg_lock, RANK_SEG);
 	state = !bit(seg->free_map, i) ? 0 : bit(seg->dirty_map, i) ? 1 : 2;
-	spin_unlock(&seg_lock);
+	unlock_ranked(&seg_lock, RANK_SEG);
 	return state;
 }
 
-#define DPROBLEM(seg, i, ...)                                                          \
-	do {                                                                           \
-		fprintf(stderr, "uslab: descriptor of unit %u of segment %p: ", (i),   \
-			(void *)(seg));                                                \
-		fprintf(stderr, __VA_ARGS__);                                          \
-		fputc('\n', stderr);                                                   \
-		bad++;                                                                 \
-	} while (0)
-
-/*
- * Tests: every descriptor as the rules at the top say. A free unit's reads
- * as a zero page would (head NULL, kind FREE, no free-check fields); a
- * run's units all name its head and its later ones are tails; a kmalloc
- * slab's free-check fields are in every unit, anything else has none.
- * Exact when no thread is setting up a slab. Prints each problem; returns
- * how many there were.
- */
-long segment_check_descs(void)
-{
-	long bad = 0;
-
-	spin_lock(&seg_lock);
-	for (struct segment *seg = seg_list; seg; seg = seg->next) {
-		for (unsigned i = 0; i < SEG_HDR_UNITS; i++)
-			if (seg->desc[i].head || seg->desc[i].kind || seg->desc[i].kfree_limit)
-				DPROBLEM(seg, i, "a header unit's descriptor is written");
-		for (unsigned i = SEG_HDR_UNITS; i < SEG_UNITS;) {
-			const struct slab *d = &seg->desc[i];
-
-			if (bit(seg->free_map, i)) {
-				if (d->head || d->kind != SLAB_KIND_FREE || d->base ||
-				    d->kfree_magic || d->kfree_limit || d->cache)
-					DPROBLEM(seg, i, "free unit, descriptor not clear");
-				i++;
-				continue;
-			}
-			/* a head of kind TAIL: a freed large run a thread heap keeps */
-			if (d->head != d || d->kind == SLAB_KIND_FREE) {
-				DPROBLEM(seg, i, "a unit in use that heads no run");
-				i++;
-				continue;
-			}
-			const struct uslab_cache *s = d->kind == SLAB_KIND_SLAB ? d->cache : NULL;
-			bool kmalloc_slab = s && s->id < KMALLOC_IDS;
-
-			if (!kmalloc_slab && (d->kfree_magic || d->kfree_limit))
-				DPROBLEM(seg, i, "free-check fields on a run malloc's free must not take");
-			if (kmalloc_slab && !d->kfree_limit)
-				DPROBLEM(seg, i, "kmalloc slab without free-check fields");
-			for (unsigned k = 1; k < d->nunits; k++) {
-				const struct slab *t = &d[k];
-
-				if (i + k >= SEG_UNITS || bit(seg->free_map, i + k))
-					DPROBLEM(seg, i + k, "a run's later unit is free");
-				else if (t->head != d || t->kind != SLAB_KIND_TAIL)
-					DPROBLEM(seg, i + k, "a run's later unit is not its tail");
-				else if (t->base != (kmalloc_slab ? d->base : 0) ||
-					 t->kfree_magic != d->kfree_magic ||
-					 t->kfree_limit != d->kfree_limit)
-					DPROBLEM(seg, i + k, "free-check fields differ from the head's");
-			}
-			i += d->nunits ? d->nunits : 1;
-		}
-	}
-	spin_unlock(&seg_lock);
-	return bad;
-}
-
-void segment_purge_all(void)
-{
-	purge(0, 0, 0);
-}
 
 /*
  * Unmap wholly empty segments that hold no dirty unit until at most keep
@@ -627,7 +404,7 @@ void segment_release_empty_over(unsigned keep)
 {
 	struct segment *victims = NULL, *seg, *next;
 
-	spin_lock(&seg_lock);
+	lock_ranked(&seg_lock, RANK_SEG);
 	for (seg = seg_list; seg && nr_empty_segments > keep; seg = next) {
 		next = seg->next;
 		if (seg->free_units != SEG_UNITS - SEG_HDR_UNITS || seg->dirty_units)
@@ -642,7 +419,7 @@ void segment_release_empty_over(unsigned keep)
 		seg->next = victims;
 		victims = seg;
 	}
-	spin_unlock(&seg_lock);
+	unlock_ranked(&seg_lock, RANK_SEG);
 	for (seg = victims; seg; seg = next) {
 		next = seg->next;
 		segment_unmap(seg);
@@ -651,95 +428,30 @@ void segment_release_empty_over(unsigned keep)
 
 void segment_for_each_slab(void (*fn)(struct slab *, void *), void *arg)
 {
-	spin_lock(&seg_lock);
+	lock_ranked(&seg_lock, RANK_SEG);
 	for (struct segment *seg = seg_list; seg; seg = seg->next)
 		for (unsigned i = SEG_HDR_UNITS; i < SEG_UNITS; i++)
 			if (seg->desc[i].kind == SLAB_KIND_SLAB ||
 			    seg->desc[i].kind == SLAB_KIND_LARGE)
 				fn(&seg->desc[i], arg);
-	spin_unlock(&seg_lock);
+	unlock_ranked(&seg_lock, RANK_SEG);
 }
 
-static spinlock_t meta_lock;
-
-/* fork: seg_lock, then meta_lock (the documented order) */
+/* fork: seg_lock, then the ranges' and the metadata's (the documented order) */
 void segment_lock_all(void)
 {
-	spin_lock(&seg_lock);
-	spin_lock(&meta_lock);
+	lock_ranked(&seg_lock, RANK_SEG);
+	range_cache_lock();
+	meta_lock_fork();
 }
 
 void segment_unlock_all(bool child)
 {
-	if (child) {
-		/* the purging thread, if one was out with units, is not here */
-		for (unsigned k = 0; k < purge_nr_inflight; k++)
-			units_give(purge_inflight[k].seg, purge_inflight[k].first,
-				   purge_inflight[k].n, true);
-		purge_nr_inflight = 0;
-		purge_busy = false;
-		spin_unlock_after_fork_child(&meta_lock);
-		spin_unlock_after_fork_child(&seg_lock);
-	} else {
-		spin_unlock(&meta_lock);
-		spin_unlock(&seg_lock);
-	}
-}
-
-/* ---- metadata memory: heaps, cpu-slab chunks, caches ------------------------
- * Size-segregated free lists over 64 KiB mapped blocks; never given back. */
-
-#define META_BLOCK   (64ul << 10)
-#define META_CLASSES 64            /* 64-byte steps up to 4 KiB */
-
-static void *meta_free_list[META_CLASSES + 1];
-static char *meta_bump, *meta_end;
-
-void *meta_alloc(size_t size)
-{
-	size_t cls = round_up(size, CACHE_LINE) / CACHE_LINE;
-	void *p;
-
-	if (cls > META_CLASSES) {
-		p = os_map_aligned(round_up(size, os_page_size()), os_page_size());
-		return p;   /* fresh mappings read as zero */
-	}
-	spin_lock(&meta_lock);
-	p = meta_free_list[cls];
-	if (p) {
-		meta_free_list[cls] = *(void **)p;
-	} else {
-		if (!meta_bump || meta_bump + cls * CACHE_LINE > meta_end) {
-			char *blk = os_map_aligned(META_BLOCK, os_page_size());
-			if (!blk) {
-				spin_unlock(&meta_lock);
-				return NULL;
-			}
-			meta_bump = blk;
-			meta_end = blk + META_BLOCK;
-		}
-		p = meta_bump;
-		meta_bump += cls * CACHE_LINE;
-	}
-	spin_unlock(&meta_lock);
-	memset(p, 0, cls * CACHE_LINE);
-	return p;
-}
-
-void meta_free(void *p, size_t size)
-{
-	size_t cls = round_up(size, CACHE_LINE) / CACHE_LINE;
-
-	if (!p)
-		return;
-	if (cls > META_CLASSES) {
-		os_unmap(p, round_up(size, os_page_size()));
-		return;
-	}
-	spin_lock(&meta_lock);
-	*(void **)p = meta_free_list[cls];
-	meta_free_list[cls] = p;
-	spin_unlock(&meta_lock);
+	if (child)
+		purge_fork_child();
+	meta_unlock_fork(child);
+	range_cache_unlock(child);
+	unlock_ranked_fork(&seg_lock, RANK_SEG, child);
 }
 
 /*
@@ -755,26 +467,150 @@ bool segment_resize_units(struct slab *head, unsigned n)
 	if (n == have)
 		return true;
 	if (n < have) {
-		spin_lock(&seg_lock);
+		lock_ranked(&seg_lock, RANK_SEG);
 		descs_clear(seg, first + n, have - n);
 		units_give(seg, first + n, have - n, true);
 		head->nunits = (uint16_t)n;
-		spin_unlock(&seg_lock);
+		unlock_ranked(&seg_lock, RANK_SEG);
 		segment_decay();
 		return true;
 	}
 	if (first + n > SEG_UNITS)
 		return false;
-	spin_lock(&seg_lock);
+	lock_ranked(&seg_lock, RANK_SEG);
 	for (unsigned i = first + have; i < first + n; i++) {
 		if (!bit(seg->free_map, i)) {
-			spin_unlock(&seg_lock);
+			unlock_ranked(&seg_lock, RANK_SEG);
 			return false;
 		}
 	}
 	units_take(seg, first + have, n - have, NULL);
 	descs_join(seg, first + have, n - have, head);
 	head->nunits = (uint16_t)n;
-	spin_unlock(&seg_lock);
+	unlock_ranked(&seg_lock, RANK_SEG);
 	return true;
+}
+
+/* ---- runs a thread keeps ------------------------------------------------------------ */
+
+bool run_cache_put(struct run_cache *rc, struct slab *head)
+{
+	if (rc->units + head->nunits > RUN_CACHE_UNITS)
+		return false;
+	for (unsigned i = 0; i < RUN_CACHE_RUNS; i++) {
+		if (!rc->runs[i]) {
+			rc->runs[i] = head;
+			rc->units += head->nunits;
+			return true;
+		}
+	}
+	return false;
+}
+
+/* The smallest kept run of units..units*5/4 units, or NULL. */
+struct slab *run_cache_take(struct run_cache *rc, unsigned units)
+{
+	int best = -1;
+
+	if (!rc->units)
+		return NULL;
+	for (int i = 0; i < RUN_CACHE_RUNS; i++) {
+		struct slab *r = rc->runs[i];
+		if (r && r->nunits >= units && r->nunits <= units + units / 4 &&
+		    (best < 0 || r->nunits < rc->runs[best]->nunits))
+			best = i;
+	}
+	if (best < 0)
+		return NULL;
+	struct slab *r = rc->runs[best];
+	rc->runs[best] = NULL;
+	rc->units -= r->nunits;
+	return r;
+}
+
+void run_cache_flush(struct run_cache *rc)
+{
+	for (unsigned i = 0; i < RUN_CACHE_RUNS; i++) {
+		if (rc->runs[i]) {
+			segment_free_units(rc->runs[i]);
+			rc->runs[i] = NULL;
+		}
+	}
+	rc->units = 0;
+}
+
+/* ---- checking every descriptor (tests) ------------------------------------------------ */
+
+#define DPROBLEM(seg, i, ...)                                                          \
+	do {                                                                           \
+		fprintf(stderr, "uslab: descriptor of unit %u of segment %p: ", (i),   \
+			(void *)(seg));                                                \
+		fprintf(stderr, __VA_ARGS__);                                          \
+		fputc('\n', stderr);                                                   \
+		bad++;                                                                 \
+	} while (0)
+
+/* The run headed by unit i of seg (in use): its later units are its tails,
+ * with the head's free-check fields when it has them. */
+static long check_run(struct segment *seg, unsigned i, bool (*has_free_check)(const struct slab *))
+{
+	const struct slab *d = &seg->desc[i];
+	bool checked = d->kind == SLAB_KIND_SLAB && d->cache && has_free_check(d);
+	long bad = 0;
+
+	if (!checked && (d->kfree_magic || d->kfree_limit))
+		DPROBLEM(seg, i, "free-check fields on a run malloc's free must not take");
+	if (checked && !d->kfree_limit)
+		DPROBLEM(seg, i, "malloc slab without free-check fields");
+	for (unsigned k = 1; k < d->nunits; k++) {
+		const struct slab *t = &d[k];
+
+		if (i + k >= SEG_UNITS || bit(seg->free_map, i + k))
+			DPROBLEM(seg, i + k, "a run's later unit is free");
+		else if (t->head != d || t->kind != SLAB_KIND_TAIL)
+			DPROBLEM(seg, i + k, "a run's later unit is not its tail");
+		else if (t->base != (checked ? d->base : 0) || t->kfree_magic != d->kfree_magic ||
+			 t->kfree_limit != d->kfree_limit)
+			DPROBLEM(seg, i + k, "free-check fields differ from the head's");
+	}
+	return bad;
+}
+
+/*
+ * Tests: every descriptor as the rules in segment.h say. A free unit's
+ * reads as a zero page would (head NULL, kind FREE, no free-check fields);
+ * a run's units all name its head and its later ones are tails; a slab
+ * whose objects are malloc's has its free-check fields in every unit,
+ * anything else has none. Exact when no thread is setting up a slab.
+ * Prints each problem; returns how many there were.
+ */
+long segment_check_descs(bool (*has_free_check)(const struct slab *head))
+{
+	long bad = 0;
+
+	lock_ranked(&seg_lock, RANK_SEG);
+	for (struct segment *seg = seg_list; seg; seg = seg->next) {
+		for (unsigned i = 0; i < SEG_HDR_UNITS; i++)
+			if (seg->desc[i].head || seg->desc[i].kind || seg->desc[i].kfree_limit)
+				DPROBLEM(seg, i, "a header unit's descriptor is written");
+		for (unsigned i = SEG_HDR_UNITS; i < SEG_UNITS;) {
+			const struct slab *d = &seg->desc[i];
+
+			if (bit(seg->free_map, i)) {
+				if (d->head || d->kind != SLAB_KIND_FREE || d->base ||
+				    d->kfree_magic || d->kfree_limit || d->cache)
+					DPROBLEM(seg, i, "free unit, descriptor not clear");
+				i++;
+			} else if (d->head != d || d->kind == SLAB_KIND_FREE) {
+				/* a head of kind TAIL: a freed large run a thread keeps */
+				DPROBLEM(seg, i, "a unit in use that heads no run");
+				i++;
+			} else {
+				bad += check_run(seg, i, has_free_check);
+				i += d->nunits ? d->nunits : 1;
+			}
+		}
+	}
+	unlock_ranked(&seg_lock, RANK_SEG);
+	return bad;
 }

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * kmalloc.h - size classes and the inline malloc/free fast paths.
+ * kmalloc.h - the malloc layer: size classes over static caches, large and
+ * huge blocks, the start-up arena, and the inline malloc/free fast paths.
  *
  * Three block kinds, all found from a pointer by one lookup:
  *   small  <= SMALL_MAX       an object of one of NR_CLASSES static caches
@@ -19,7 +20,7 @@
 #ifndef USLAB_KMALLOC_H
 #define USLAB_KMALLOC_H
 
-#include "internal.h"
+#include "cache.h"
 
 _Static_assert(sizeof(struct cpu_slab) == 1 << 6, "CPU_SLAB_SHIFT");
 
@@ -28,7 +29,7 @@ _Static_assert(sizeof(struct cpu_slab) == 1 << 6, "CPU_SLAB_SHIFT");
 #define SMALL_MAX   (32u << 10)
 #define LARGE_MAX   (2ul << 20)
 #define NR_CLASSES  46
-_Static_assert(NR_CLASSES <= NEVER_USED_ID, "the never-used cpu slab is no kmalloc cache's");
+_Static_assert(NR_CLASSES <= NEVER_USED_ID, "the never-used cpu slab is no class's");
 
 /*
  * The static caches, stored start-up classes first (the power-of-two ones,
@@ -94,6 +95,8 @@ static inline unsigned size_class(size_t n)
 
 void *kmalloc_slow(unsigned cls);
 void *malloc_large_or_huge(size_t n, size_t align, bool *zeroed);
+extern bool kmalloc_startup;                  /* the start-up classes serve (classes.c) */
+void kmalloc_startup_end(void);               /* ... no longer */
 
 /* arena.c: the start-up arena (a program's first blocks up to 64 KiB, packed) */
 #define ARENA_SIZE (256u << 10)
@@ -116,9 +119,13 @@ size_t kmalloc_usable_size(const void *p, const char *call);
 bool kmalloc_trim(void);
 size_t kmalloc_huge_bytes(void);
 size_t kmalloc_huge_count(void);
+/* Tests: every descriptor checked (segment_check_descs) as malloc's slabs
+ * must be; problems printed, counted. */
+long kmalloc_check_descs(void);
 void kmalloc_fork_prepare(void);
 void kmalloc_fork_release(bool child);
 void free_nonsmall(void *p, struct slab *slab, const char *call);
+noinline void kfree_slow(void *p, const char *call);
 noinline cold __attribute__((noreturn)) void free_invalid(const void *p, const char *call);
 
 
@@ -138,18 +145,16 @@ static inline void *kmalloc(size_t n)
 
 	struct cpu_slab *c = (struct cpu_slab *)((char *)tls_heap +
 						 offsetof(struct thread_heap, cpu) + off);
-	void *obj = c->freelist;
+	void *obj = uslab_cpu_pop_(cpu_fast(c), 0);
 
-	if (likely(obj)) {
-		c->freelist = *(void **)obj;
+	if (likely(obj))
 		return obj;
-	}
 	return kmalloc_slow((unsigned)(off >> CPU_SLAB_SHIFT));
 }
 
 /*
- * The fast path takes a valid kmalloc object (kfree_magic is 0 for every
- * other slab) of a slab this thread owns — onto the slab's owner-local list —
+ * The fast path takes a valid object of malloc's (kfree_magic is 0 for
+ * every other slab) of a slab this thread owns — onto the slab's owner-local list —
  * of a slab another thread owns, into this thread's message to that owner
  * while it has room (outbox_add), or of a slab nobody owns, onto this
  * thread's cpu freelist for the class while its foreign budget lasts (a
@@ -166,7 +171,8 @@ static inline void kfree(void *p, const char *call)
 		uintptr_t d = unit_desc_off(p);
 		uintptr_t off = (uintptr_t)p - desc_at(seg, d)->base;
 
-		if (likely(off * desc_at(seg, d)->kfree_magic < desc_at(seg, d)->kfree_limit)) {
+		if (likely(object_offset_valid(desc_at(seg, d)->kfree_magic,
+					       desc_at(seg, d)->kfree_limit, off))) {
 			struct slab *slab = READ_ONCE(desc_at(seg, d)->head);
 
 			if (likely(READ_ONCE(slab->owner_tp) == thread_self())) {
@@ -186,7 +192,7 @@ static inline void kfree(void *p, const char *call)
 						return;
 				} else if (likely(c->foreign_left && p != c->freelist)) {
 					c->foreign_left--;
-					cpu_freelist_push(c, p, 0);
+					uslab_cpu_link_(cpu_fast(c), p, 0);
 					return;
 				}
 			}

@@ -4,7 +4,7 @@
  * Nothing here allocates or takes a lock.
  */
 #define _GNU_SOURCE
-#include "internal.h"
+#include "platform.h"
 
 #include <errno.h>
 #include <string.h>

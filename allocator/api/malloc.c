@@ -11,7 +11,7 @@
  * sizeof(void *).
  */
 #define _GNU_SOURCE
-#include "kmalloc.h"
+#include "api.h"
 
 #include <errno.h>
 #include <stdio.h>

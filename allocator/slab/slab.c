@@ -1,29 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * slab.c - struct slab, its coupled word, freeze/unfreeze and partial lists.
- *
- * The states of a slab (docs/slab.md has the full table and the arguments):
- *
- *   FROZEN   frozen=1. Owned by one thread: its active slab, or on its
- *            cpu-partial list. Only the owner takes the shared freelist.
- *   PARTIAL  frozen=0, 0 < free objects, on cache->partial.
- *   FULL     frozen=0, no free object, on no list.
- *   EMPTY    frozen=0, inuse=0: kept on cache->partial (up to min_partial)
- *            or discarded back to its segment.
- *
- * Every change of {freelist, counters} is one dwcas on slab->xword. A thread
- * that makes an unfrozen slab enter or leave cache->partial takes list_lock
- * *before* its dwcas and adds/removes it before unlocking, so under list_lock
- * "unfrozen with a live object and a free object" always means "on the list".
- *
- * Locking: cache->list_lock protects cache->partial, nr_partial and each
- * slab's on_partial/next/prev while the slab is on the list. A frozen slab's
- * next pointer belongs to its owner.
+ * slab.c - struct slab, its coupled word, freeze/unfreeze and the partial
+ * lists. The states and the locking rule are at the top of slab.h; the
+ * table of every transition, and why no object is lost, in docs/slab.md.
  */
-#include "internal.h"
+#include "slab.h"
 
 #include <errno.h>
 #include <stdio.h>
+
+__thread char *tls_stat_rows __attribute__((tls_model("initial-exec")));
 
 /* ---- partial list (list_lock held) ----------------------------------------- */
 
@@ -70,11 +56,6 @@ struct slab *slab_new(struct uslab_cache *s)
 	 * class for a few objects then writes one page of it, not four. */
 	if (fresh && s->stride <= os_page_size() && atomic_long_read(&s->slabs_allocated))
 		os_populate((void *)slab_start(slab), (size_t)s->units << UNIT_SHIFT);
-	/* a malloc class that needs a second slab: the program is no longer
-	 * just starting (kmalloc.c, start-up classes) */
-	if (unlikely(READ_ONCE(kmalloc_startup)) && s->id < KMALLOC_IDS &&
-	    atomic_long_read(&s->slabs_allocated))
-		kmalloc_startup_end();
 	slab->base = slab_start(slab);
 	slab->next = slab->prev = NULL;
 	slab->on_partial = 0;
@@ -84,10 +65,11 @@ struct slab *slab_new(struct uslab_cache *s)
 	slab->reuse_refills = 0;
 	slab_clear_owner(slab);
 	slab->span = s->objects * s->stride;
-	/* malloc's free fast path accepts only kmalloc objects; it reads these
+	/* malloc's free fast path accepts only malloc's objects; it reads these
 	 * from the descriptor of the pointer's own unit (the tails' were clear) */
-	if (s->id < KMALLOC_IDS) {
-		object_index_magic(s->stride, s->objects, &slab->kfree_magic, &slab->kfree_limit);
+	if (s->flags & CACHE_MALLOC) {
+		slab->kfree_magic = s->obj_magic;
+		slab->kfree_limit = s->obj_limit;
 		for (unsigned i = 1; i < s->units; i++) {
 			slab[i].base = slab->base;
 			slab[i].kfree_magic = slab->kfree_magic;
@@ -182,13 +164,13 @@ struct slab *partial_take(struct uslab_cache *s, void **freelist, unsigned *coun
 
 	if (!READ_ONCE(s->partial))   /* racy peek; the lock decides */
 		return NULL;
-	spin_lock(&s->list_lock);
+	lock_ranked(&s->list_lock, RANK_LIST);
 	slab = s->partial;
 	if (slab) {
 		remove_partial(s, slab);
 		*freelist = slab_take_freelist(s, slab, true, count);
 	}
-	spin_unlock(&s->list_lock);
+	unlock_ranked(&s->list_lock, RANK_LIST);
 	return slab;
 }
 
@@ -210,10 +192,10 @@ void slab_unfreeze(struct uslab_cache *s, struct slab *slab, void *head, void *t
 		inuse = ctr_inuse(old.hi) - n;
 		partial = inuse > 0 && inuse < s->objects;
 		if (partial && !locked) {
-			spin_lock(&s->list_lock);
+			lock_ranked(&s->list_lock, RANK_LIST);
 			locked = true;
 		} else if (!partial && locked) {
-			spin_unlock(&s->list_lock);
+			unlock_ranked(&s->list_lock, RANK_LIST);
 			locked = false;
 		}
 		nw.lo = head ? (uintptr_t)head : old.lo;
@@ -226,17 +208,17 @@ void slab_unfreeze(struct uslab_cache *s, struct slab *slab, void *head, void *t
 		    inuse ? STAT_DEACTIVATE_FULL : STAT_DEACTIVATE_EMPTY, 1);
 	if (partial) {
 		add_partial(s, slab);
-		spin_unlock(&s->list_lock);
+		unlock_ranked(&s->list_lock, RANK_LIST);
 		return;
 	}
 	if (inuse)
 		return;   /* FULL: a remote free will find it */
-	spin_lock(&s->list_lock);
+	lock_ranked(&s->list_lock, RANK_LIST);
 	if (s->nr_partial < s->min_partial) {
 		add_partial(s, slab);
 		slab = NULL;
 	}
-	spin_unlock(&s->list_lock);
+	unlock_ranked(&s->list_lock, RANK_LIST);
 	if (slab)
 		slab_discard(s, slab);
 }
@@ -276,10 +258,10 @@ bool __slab_free(struct uslab_cache *s, struct slab *slab, void *head, void *tai
 				need_lock = true;
 		}
 		if (need_lock && !locked) {
-			spin_lock(&s->list_lock);
+			lock_ranked(&s->list_lock, RANK_LIST);
 			locked = true;
 		} else if (!need_lock && locked) {
-			spin_unlock(&s->list_lock);
+			unlock_ranked(&s->list_lock, RANK_LIST);
 			locked = false;
 		}
 		nw.lo = (uintptr_t)head;
@@ -296,13 +278,13 @@ bool __slab_free(struct uslab_cache *s, struct slab *slab, void *head, void *tai
 	if (inuse == 0 && s->nr_partial + was_full > s->min_partial) {
 		if (!was_full)
 			remove_partial(s, slab);
-		spin_unlock(&s->list_lock);
+		unlock_ranked(&s->list_lock, RANK_LIST);
 		slab_discard(s, slab);
 		return false;
 	}
 	if (was_full)
 		add_partial(s, slab);
-	spin_unlock(&s->list_lock);
+	unlock_ranked(&s->list_lock, RANK_LIST);
 	return false;
 }
 
@@ -312,7 +294,7 @@ void cache_shrink_partial(struct uslab_cache *s)
 {
 	struct slab *victims = NULL, *slab, *next;
 
-	spin_lock(&s->list_lock);
+	lock_ranked(&s->list_lock, RANK_LIST);
 	for (slab = s->partial; slab; slab = next) {
 		next = slab->next;
 		if (ctr_inuse(dwcas_read(&slab->xword).hi) != 0)
@@ -323,7 +305,7 @@ void cache_shrink_partial(struct uslab_cache *s)
 		slab->next = victims;
 		victims = slab;
 	}
-	spin_unlock(&s->list_lock);
+	unlock_ranked(&s->list_lock, RANK_LIST);
 	for (slab = victims; slab; slab = next) {
 		next = slab->next;
 		slab_discard(s, slab);

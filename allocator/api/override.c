@@ -8,7 +8,7 @@
  * rest tail-call the uslab_ functions.
  */
 #define _GNU_SOURCE
-#include "kmalloc.h"
+#include "api.h"
 
 #include <malloc.h>
 #include <stdlib.h>

@@ -3,13 +3,13 @@
  * stats.c - the statistics report: a table for people, JSON for tools.
  *
  * Both are written through a small buffer with write(2) (or to a FILE),
- * so a report at exit or on a signal allocates nothing. A signal only sets
- * stats_pending; the next allocation slow path of any thread writes the
- * report, outside every allocator lock (a handler that took the locks could
- * deadlock against the thread it interrupted).
+ * so a report at exit or on a signal allocates nothing. A signal only asks
+ * (deferred work, platform.h); the next allocation slow path of any thread
+ * writes the report, outside every allocator lock (a handler that took the
+ * locks could deadlock against the thread it interrupted).
  */
 #define _GNU_SOURCE
-#include "kmalloc.h"
+#include "api.h"
 #include "options.h"
 
 #include <fcntl.h>
@@ -18,8 +18,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
-
-int stats_pending;
 
 struct out {
 	int fd;
@@ -166,7 +164,7 @@ static void write_json(struct out *o)
 		      "  \"huge_cached_bytes\": %zu,\n"
 		      "  \"startup_arena_cut_bytes\": %zu,\n  \"startup_arena_live_bytes\": %zu,\n",
 		   mi.arena, segment_committed_bytes(), mi.uordblks, mi.hblks, mi.hblkhd,
-		   kmalloc_huge_cached_bytes(), arena_cut_bytes(), arena_live_bytes());
+		   range_cache_bytes(), arena_cut_bytes(), arena_live_bytes());
 	out_printf(o, "  \"caches\": [");
 	caches_for_each_report(json_cache, &w);
 	out_printf(o, "\n  ]\n}\n");
@@ -214,18 +212,15 @@ static void stats_dump(bool table_too)
 	}
 }
 
-void stats_poll(void)
+static void stats_signalled(void)
 {
-	int one = 1;
-
-	if (try_cmpxchg_acq_rel(&stats_pending, &one, 0))
-		stats_dump(false);
+	stats_dump(false);
 }
 
 static void stats_signal(int sig)
 {
 	(void)sig;
-	WRITE_ONCE(stats_pending, 1);
+	WRITE_ONCE(deferred_pending, 1);
 }
 
 void stats_init(void)
@@ -241,6 +236,7 @@ void stats_init(void)
 	if (sig > 0) {
 		struct sigaction sa;
 
+		deferred_register(stats_signalled);
 		memset(&sa, 0, sizeof(sa));
 		sa.sa_handler = stats_signal;
 		sa.sa_flags = SA_RESTART;

@@ -30,7 +30,7 @@
  * table; then the kmalloc caches, and the start-up arena with its granule
  * map.
  */
-#include "kmalloc.h"
+#include "api.h"
 
 uint8_t seg_registry[REG_SEGMENTS];
 struct thread_heap empty_heap;

@@ -36,7 +36,7 @@
  * only through aligned requests and the cache API), and the free fast
  * path's registry test fails for a .bss address.
  */
-#include "kmalloc.h"
+#include "local.h"
 #include "options.h"
 
 #define ARENA_ALLOCS_MAX 16384
@@ -81,19 +81,19 @@ static void arena_end_locked(void)
 /* arena_lock, elided while the process has one thread: glibc's
  * __libc_single_threaded goes false, for good, before a second thread
  * starts, and while it is true no other thread can be in here (nor at
- * fork: process.c takes no lock then either). Returns whether it is held. */
+ * fork: api/process.c takes no lock then either). Returns whether it is held. */
 static bool arena_lock_take(void)
 {
 	if (process_single_threaded())
 		return false;
-	spin_lock(&arena_lock);
+	lock_ranked(&arena_lock, RANK_ARENA);
 	return true;
 }
 
 static void arena_lock_drop(bool held)
 {
 	if (held)
-		spin_unlock(&arena_lock);
+		unlock_ranked(&arena_lock, RANK_ARENA);
 }
 
 /* Bytes a block of the given code is cut to. */
@@ -248,13 +248,10 @@ size_t arena_cut_bytes(void)
 
 void arena_fork_prepare(void)
 {
-	spin_lock(&arena_lock);
+	lock_ranked(&arena_lock, RANK_ARENA);
 }
 
 void arena_fork_release(bool child)
 {
-	if (child)
-		spin_unlock_after_fork_child(&arena_lock);
-	else
-		spin_unlock(&arena_lock);
+	unlock_ranked_fork(&arena_lock, RANK_ARENA, child);
 }

@@ -10,7 +10,7 @@
  * (a ticket lock may have had waiters queued, threads the child does not
  * have) and can allocate at once.
  */
-#include "kmalloc.h"
+#include "api.h"
 #include "options.h"
 
 #include <pthread.h>

@@ -7,7 +7,7 @@
  * warning line on stderr and the default is kept.
  */
 #define _GNU_SOURCE
-#include "internal.h"
+#include "platform.h"
 #include "options.h"
 
 #include <errno.h>
@@ -169,12 +169,12 @@ void options_init(void)
 	if (smp_load_acquire(&done))
 		return;
 	static spinlock_t lock = SPINLOCK_INIT;
-	spin_lock(&lock);
+	lock_ranked(&lock, RANK_OPTIONS);
 	if (!done) {
 		for (char **e = environ; e && *e; e++)
 			if (strncmp(*e, "USLAB_", 6) == 0)
 				options_parse_entry(*e);
 		smp_store_release(&done, 1);
 	}
-	spin_unlock(&lock);
+	unlock_ranked(&lock, RANK_OPTIONS);
 }

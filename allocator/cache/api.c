@@ -1,0 +1,358 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * api.c - the uslab_cache_* API: create (cache_setup, also for malloc's
+ * static caches), alloc and free (uslab.h's fast paths), bulk calls,
+ * shrink, destroy, info; and the registry of caches.
+ *
+ * uslab_cache_destroy reads other threads' cpu slabs: the caller
+ * guarantees those threads are not using that cache meanwhile (the API
+ * contract).
+ */
+#define _GNU_SOURCE
+#include "local.h"
+#include "options.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+/* A cache's memory lives while anyone holds a reference (kref): the
+ * creator's, dropped by destroy, and those statistics walks take so that they
+ * need not hold the registry lock through their long walks. */
+qrwlock_t cache_registry;
+struct uslab_cache *caches;
+/* ids in use; ids 63, 127, ... are never given (their cpu slabs start the
+ * pages of a heap: see struct thread_heap) */
+static uint64_t cache_ids[MAX_CACHES / 64] = { [0 ... MAX_CACHES / 64 - 1] = 1ull << 63 };
+
+/* ---- the API ------------------------------------------------------------------------ */
+
+USLAB_API void *uslab_cache_alloc(struct uslab_cache *cache)
+{
+	return cache_alloc_fast(cache);
+}
+
+USLAB_API void uslab_cache_free(struct uslab_cache *cache, void *obj)
+{
+	cache_free_fast(cache, obj);   /* NULL falls through to the slow path */
+}
+
+/* What uslab.h's inline fast paths call when theirs does not apply. */
+USLAB_API void *uslab__cache_alloc(struct uslab_cache *cache) __attribute__((alias("uslab_cache_alloc")));
+USLAB_API void uslab__cache_free(struct uslab_cache *cache, void *obj)
+	__attribute__((alias("uslab_cache_free")));
+
+USLAB_API size_t uslab_cache_alloc_bulk(struct uslab_cache *cache, size_t n, void **objs)
+{
+	for (size_t i = 0; i < n; i++) {
+		objs[i] = cache_alloc_fast(cache);
+		if (unlikely(!objs[i])) {
+			uslab_cache_free_bulk(cache, i, objs);
+			errno = ENOMEM;
+			return 0;
+		}
+	}
+	return n;
+}
+
+/*
+ * Frees runs of objects that share a slab with one dwcas per run (the
+ * kernel's build_detached_freelist idea, limited to adjacent entries).
+ */
+USLAB_API void uslab_cache_free_bulk(struct uslab_cache *cache, size_t n, void **objs)
+{
+	struct cpu_slab *c = this_cpu_slab(cache);
+	size_t i = 0;
+
+	while (i < n) {
+		void *obj = objs[i];
+
+		if (!obj || (uintptr_t)obj - c->base < c->span) {
+			uslab_cache_free(cache, obj);
+			i++;
+			continue;
+		}
+		struct slab *slab = object_slab(cache, obj, "uslab_cache_free_bulk");
+		void *head = obj, *tail = obj;
+		unsigned cnt = 1;
+
+		for (i++; i < n && objs[i] && ptr_to_slab(objs[i]) == slab; i++, cnt++) {
+			object_slab(cache, objs[i], "uslab_cache_free_bulk");
+			fp_set(cache, objs[i], head);
+			head = objs[i];
+		}
+		c = cpu_slab_get(cache);
+		stat_add(cache, STAT_FREE_REMOTE, cnt);
+		slab_free_chain(cache, c, slab, head, tail, cnt);
+	}
+}
+
+static unsigned ilog2(size_t x)
+{
+	return 63 - __builtin_clzl(x);
+}
+
+/* Slab size: the fewest units (a power of two) with <= 1/8 tail waste and
+ * enough objects per slab to keep slow paths rare. */
+static uint32_t calculate_units(struct uslab_cache *s)
+{
+	unsigned want = s->stride <= 256 ? 16 : s->stride <= 4096 ? 8 : 4;
+
+	for (unsigned u = 1;; u *= 2) {
+		size_t bytes = (size_t)u << UNIT_SHIFT;
+		size_t objs = bytes / s->stride;
+
+		if (objs > CTR_OBJ_MASK)
+			objs = CTR_OBJ_MASK;
+		bool waste_ok = bytes - objs * s->stride <= bytes / 8;
+		if ((objs >= want && waste_ok) || u == SLAB_MAX_UNITS) {
+			s->units = u;
+			return (uint32_t)objs;
+		}
+	}
+}
+
+/* cache_registry write-locked. want >= 0: exactly that id; else the first free one
+ * above the ids reserved for the kmalloc caches. */
+static int cache_id_alloc(int want)
+{
+	if (want >= 0) {
+		if (cache_ids[want / 64] & (1ull << (want % 64)))
+			return -1;
+		cache_ids[want / 64] |= 1ull << (want % 64);
+		return want;
+	}
+	for (unsigned w = STATIC_IDS / 64; w < MAX_CACHES / 64; w++) {
+		if (cache_ids[w] == ~0ull)
+			continue;
+		unsigned b = __builtin_ctzll(~cache_ids[w]);
+		cache_ids[w] |= 1ull << b;
+		return (int)(w * 64 + b);
+	}
+	return -1;
+}
+
+/* The last reference is gone: the cache's memory goes back. The static
+ * caches are never destroyed, so never get here. */
+void cache_release(struct kref *ref)
+{
+	struct uslab_cache *s = container_of(ref, struct uslab_cache, ref);
+
+	meta_free(s, sizeof(*s));
+}
+
+/* The geometry of a cache of size-byte objects; returns objects per slab. */
+static uint32_t cache_geometry(struct uslab_cache *s, size_t size, size_t align, void (*ctor)(void *))
+{
+	size_t slot;
+
+	if (!align)
+		align = size >= 16 ? 16 : 8;
+	if (align < sizeof(void *))
+		align = sizeof(void *);
+	if ((s->flags & USLAB_HWCACHE_ALIGN) && align < CACHE_LINE)
+		align = CACHE_LINE;
+	s->size = (uint32_t)size;
+	s->align = (uint32_t)align;
+	s->ctor = ctor;
+	/* With a constructor the object's contents must survive while it is
+	 * free, so the free pointer lives in a word after the object. */
+	s->fp_offset = ctor ? (uint32_t)round_up(size, sizeof(void *)) : 0;
+	slot = ctor ? s->fp_offset + sizeof(void *) : size;
+	if (slot < sizeof(void *))
+		slot = sizeof(void *);
+	s->stride = (uint32_t)round_up(slot, align);
+	uint32_t objects = calculate_units(s);
+	object_index_magic(s->stride, objects, &s->obj_magic, &s->obj_limit);
+	s->foreign_max = (64u << 10) / s->stride;
+	s->foreign_max = s->foreign_max < 16 ? 16 : s->foreign_max > 1024 ? 1024 : s->foreign_max;
+	s->min_partial = ilog2(s->stride) / 2;
+	s->min_partial = s->min_partial < 5 ? 5 : s->min_partial > 10 ? 10 : s->min_partial;
+	s->cpu_partial = option(OPT_CPU_PARTIAL) > 0 ? (unsigned)option(OPT_CPU_PARTIAL) :
+			 s->stride >= 4096 ? 2 : 4;
+	return objects;
+}
+
+/* Where cache id's statistics row is in every heap (a static id: row
+ * `row` of the static ones). */
+static uint32_t heap_stat_off(unsigned id, unsigned row)
+{
+	size_t size = sizeof(long) * NR_CACHE_STATS;
+
+	return (uint32_t)(id < STATIC_IDS ? offsetof(struct thread_heap, k_stat) + row * size :
+			  offsetof(struct thread_heap, stat) + (id - STATIC_IDS) * size);
+}
+
+int cache_setup(struct uslab_cache *s, const char *name, size_t size, size_t align,
+		unsigned flags, void (*ctor)(void *), int want_id, unsigned row)
+{
+	if (size == 0 || size > CACHE_MAX_SIZE || (align & (align - 1)) ||
+	    align > os_page_size() ||
+	    (flags & ~(USLAB_HWCACHE_ALIGN | USLAB_REMOTE_IMMEDIATE | CACHE_MALLOC)))
+		return EINVAL;
+	dwcas_init();
+	options_init();
+	s->flags = flags;
+	uint32_t objects = cache_geometry(s, size, align, ctor);
+	spin_lock_init(&s->list_lock);
+	name_copy(s->name, sizeof(s->name), name ? name : "unnamed");
+
+	kref_init(&s->ref);
+	lock_rank_acquire(RANK_REGISTRY);
+	qrw_write_lock(&cache_registry);
+	int id = cache_id_alloc(want_id);
+	if (id >= 0) {
+		s->id = (unsigned)id;
+		s->chunk = (uint32_t)id / CPU_CHUNK;
+		s->cpu_offset = (uint32_t)(offsetof(struct thread_heap, cpu) +
+					   (size_t)id * sizeof(struct cpu_slab));
+		s->stat_off = heap_stat_off((unsigned)id, row);
+		s->inline_offset = s->fp_offset ? (uint32_t)(offsetof(struct thread_heap, cpu) +
+				   NEVER_USED_ID * sizeof(struct cpu_slab)) : s->cpu_offset;
+		/* s reaches other threads through the registry lock (walks),
+		 * its creator (the API), or a release of its own (malloc's
+		 * static caches: their ready bit, malloc/classes.c) */
+		s->objects = objects;
+		s->next = caches;
+		caches = s;
+	}
+	qrw_write_unlock(&cache_registry);
+	lock_rank_release(RANK_REGISTRY);
+	return id < 0 ? ENOMEM : 0;
+}
+
+USLAB_API struct uslab_cache *uslab_cache_create(const char *name, size_t size, size_t align,
+						 unsigned flags, void (*ctor)(void *))
+{
+	struct uslab_cache *s = meta_alloc(sizeof(*s));
+	int err;
+
+	if (!s) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	err = flags & CACHE_MALLOC ? EINVAL : cache_setup(s, name, size, align, flags, ctor, -1, 0);
+	if (err) {
+		meta_free(s, sizeof(*s));
+		errno = err;
+		return NULL;
+	}
+	return s;
+}
+
+/* Flush this cache's cpu slab in every heap (callers: heaps_lock held; each
+ * heap's lock keeps its thread's own flushes out meanwhile). */
+static void flush_all_heaps(struct uslab_cache *s)
+{
+	for (struct thread_heap *h = heaps; h; h = h->next) {
+		if (heap_has_chunk(h, s)) {
+			lock_ranked(&h->lock, RANK_HEAP);
+			cpu_slab_flush(s, heap_cpu_slab(h, s));
+			/* the next cache with this id has its own foreign budget
+			 * (a stale larger one kept foreign objects past it, and
+			 * out of deactivate's sight) */
+			heap_cpu_slab(h, s)->foreign_left = 0;
+			unlock_ranked(&h->lock, RANK_HEAP);
+		}
+	}
+	/* after every slab of s is unfrozen: the messages' objects go home */
+	for (struct thread_heap *h = heaps; h; h = h->next) {
+		if (heap_has_chunk(h, s)) {
+			lock_ranked(&h->lock, RANK_HEAP);
+			heap_messages_drop(h, s);
+			unlock_ranked(&h->lock, RANK_HEAP);
+		}
+	}
+}
+
+USLAB_API int uslab_cache_destroy(struct uslab_cache *s)
+{
+	if (!s)
+		return -EINVAL;
+	lock_ranked(&heaps_lock, RANK_HEAPS);
+	flush_all_heaps(s);
+	unlock_ranked(&heaps_lock, RANK_HEAPS);
+	size_t live = cache_live_objects(s);
+	if (live) {
+		fprintf(stderr, "uslab: uslab_cache_destroy(): cache %s still has %zu live object%s\n",
+			s->name, live, live == 1 ? "" : "s");
+		return -EBUSY;
+	}
+	cache_shrink_partial(s);
+
+	lock_rank_acquire(RANK_REGISTRY);
+	qrw_write_lock(&cache_registry);
+	WRITE_ONCE(s->dead, 1);
+	for (struct uslab_cache **pp = &caches; *pp; pp = &(*pp)->next) {
+		if (*pp == s) {
+			*pp = s->next;
+			break;
+		}
+	}
+	/* the next cache with this id starts its statistics from zero */
+	lock_ranked(&heaps_lock, RANK_HEAPS);
+	for (struct thread_heap *h = heaps; h; h = h->next)
+		for (int i = 0; i < NR_CACHE_STATS; i++)
+			if (READ_ONCE(heap_stat(h, s)[i]))   /* no write to rows never used */
+				WRITE_ONCE(heap_stat(h, s)[i], 0);
+	unlock_ranked(&heaps_lock, RANK_HEAPS);
+	cache_ids[s->id / 64] &= ~(1ull << (s->id % 64));
+	qrw_write_unlock(&cache_registry);
+	lock_rank_release(RANK_REGISTRY);
+	kref_put(&s->ref, cache_release);   /* the creator's reference */
+	return 0;
+}
+
+USLAB_API void uslab_cache_shrink(struct uslab_cache *s)
+{
+	struct thread_heap *h = tls_heap;
+
+	if (heap_has_chunk(h, s)) {
+		lock_ranked(&h->lock, RANK_HEAP);
+		outbox_send(h, s->id);
+		inbox_drain(h, s->id, false);
+		cpu_slab_flush(s, heap_cpu_slab(h, s));
+		unlock_ranked(&h->lock, RANK_HEAP);
+	}
+	cache_shrink_partial(s);
+	segment_purge_all();
+	segment_release_empty_over(0);
+}
+
+USLAB_API size_t uslab_cache_object_size(const struct uslab_cache *s)
+{
+	return s->stride;
+}
+
+USLAB_API const char *uslab_cache_name(const struct uslab_cache *s)
+{
+	return s->name;
+}
+
+USLAB_API int uslab_cache_info(struct uslab_cache *s, struct uslab_cache_info *info)
+{
+	if (!s || !info)
+		return -EINVAL;
+	own_inbox_drain(s);
+	size_t live = cache_live_objects(s) - (size_t)own_private_objects(s);
+	memset(info, 0, sizeof(*info));
+	info->object_size = s->stride;
+	info->objects_per_slab = s->objects;
+	info->slab_bytes = (size_t)s->units << UNIT_SHIFT;
+	info->slabs = (size_t)atomic_long_read(&s->nr_slabs);
+	info->partial_slabs = READ_ONCE(s->nr_partial);
+	info->live_objects = live;
+	info->slabs_allocated = (size_t)atomic_long_read(&s->slabs_allocated);
+	info->slabs_freed = (size_t)atomic_long_read(&s->slabs_freed);
+	return 0;
+}
+
+USLAB_API const char *uslab_dwcas_path(void)
+{
+	return dwcas_path_name();
+}
+
+USLAB_API size_t uslab_mapped_bytes(void)
+{
+	return segment_mapped_bytes();
+}

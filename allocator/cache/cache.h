@@ -1,0 +1,244 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cache.h - the cache layer: per-thread heaps of cpu slabs, the fast paths,
+ * their slow paths, remote frees by message, the registry of caches, and
+ * validation and statistics walks. What the layers above use; the files of
+ * this layer share cache/local.h besides.
+ *
+ * Lock order (outer first; platform.h's enum lock_rank checks it in debug
+ * builds): cache_registry (qrwlock) > heaps_lock > heap->lock >
+ * cache->list_lock (slab layer) > the segment layer's locks.
+ */
+#ifndef USLAB_CACHE_H
+#define USLAB_CACHE_H
+
+#define USLAB_BUILDING_LIBRARY 1   /* uslab.h: no inline fast paths in here */
+#include "uslab.h"
+#include "slab.h"
+
+#pragma GCC visibility push(hidden)
+
+#define MAX_CACHES     4096                   /* live caches at once */
+#define STATIC_IDS     64                     /* ids for caches set up with a fixed id */
+#define NEVER_USED_ID  (STATIC_IDS - 1)       /* no cache: its cpu slab stays empty */
+#define CPU_CHUNK      64                     /* cpu slabs per page of a heap */
+#define NR_CHUNKS      (MAX_CACHES / CPU_CHUNK)
+/* refills of an active slab served by frees alone before it builds a page
+ * more (cpu.c, slab_build_more) */
+#define REUSE_REFILLS_MAX 64
+
+/* ---- per-thread cpu slabs and heaps ------------------------------------------- */
+
+struct cpu_slab {
+	void *freelist;                /* private: only the owning thread */
+	uintptr_t base;                /* active slab's object area [base, base+span) */
+	uintptr_t span;                /* 0 when there is no active slab */
+	struct slab *slab;             /* active (frozen) slab */
+	struct slab *partial;          /* frozen slabs held back, linked by ->next */
+	unsigned nr_partial;
+	/* statistics, owner-only, folded into the cache's at each refill: */
+	uint32_t supplied;             /* objects the slow path put on freelist */
+	uint64_t fast_frees;           /* frees pushed on freelist (cache API, foreign) */
+	uint32_t foreign_left;         /* malloc: other slabs' objects it may still take
+					  before a flush (0 in empty_heap: always slow) */
+	uint32_t pad;
+};
+_Static_assert(sizeof(struct cpu_slab) == 64, "one cpu slab per cache line");
+/* uslab.h's inline fast paths see these fields through its mirror structs */
+#define MIRRORS(T, f, U, g) \
+	_Static_assert(offsetof(T, f) == offsetof(U, g) && sizeof(((T *)0)->f) == sizeof(((U *)0)->g), \
+		       #T "." #f " moved: update " #U " in uslab.h")
+MIRRORS(struct cpu_slab, freelist, struct uslab_cpu_cache_, freelist);
+MIRRORS(struct cpu_slab, base, struct uslab_cpu_cache_, base);
+MIRRORS(struct cpu_slab, span, struct uslab_cpu_cache_, span);
+MIRRORS(struct cpu_slab, fast_frees, struct uslab_cpu_cache_, fast_frees);
+_Static_assert(sizeof(struct cpu_slab) == sizeof(struct uslab_cpu_cache_), "uslab_cpu_cache_ size");
+
+MIRRORS(struct uslab_cache, inline_offset, struct uslab_cache_fast_, inline_offset);
+
+/*
+ * Remote frees by message (cache.c, docs/slab.md): a thread that frees
+ * objects of slabs another thread's heap owns collects the pointers, per
+ * cache, in a message addressed to that heap, and pushes the message onto
+ * the heap's inbox for the cache when it is full (or when the next object
+ * has another owner, or at flush). The owner takes the inbox in its
+ * allocation slow path and puts the objects on its own slabs' lists: only
+ * the owner writes its objects, and the freeing thread touches none.
+ */
+#define MSG_OBJS 59
+struct remote_msg {
+	struct mailbox_node node;      /* first: in an inbox, a returns box or a pool */
+	struct uslab_cache *cache;
+	struct thread_heap *to;
+	struct thread_heap *from;      /* its sender's heap, which gets it back */
+	uint64_t count;
+	void *obj[MSG_OBJS];
+};
+_Static_assert(sizeof(struct remote_msg) == 512, "a message is 8 cache lines");
+
+/*
+ * A thread's heap: one cpu slab per possible cache, at byte offset
+ * cache->cpu_offset (= id * 64), so the fast paths reach theirs with one
+ * load from the TLS pointer. 256 KiB of address space, mapped fresh: only
+ * the pages (chunks of 64 cpu slabs) of caches the thread uses are ever
+ * touched, and chunks_used says which, so walks never touch the others.
+ *
+ * A heap is a page-aligned mapping, and its cpu slabs start one line in, so
+ * that the one at the start of each page is cpu[64k - 1]: ids 63, 127, ...,
+ * which no cache is given (63 is NEVER_USED_ID, cache_id_alloc skips the
+ * rest). A cpu slab at a page start would share its low 12 address bits
+ * with every slab's first object, and the CPU's store-to-load
+ * disambiguation, which compares only those bits, then makes a free's
+ * stores and the next allocation's loads wait on each other (measured in
+ * docs/slab.md).
+ */
+struct thread_heap {
+	uint64_t chunks_used;                /* bit k: cpu[k*64 .. k*64+63] in use */
+	struct thread_heap *next;            /* all heaps, under heaps_lock */
+	struct remote_msg *msg_pool;         /* spare messages (owner only) */
+	int live;                            /* owned by a running thread */
+	int exited;                          /* its thread ran the exit flush */
+	/* held by its thread while it flushes (exit, uslab_thread_flush,
+	 * shrink), and by destroy, validate and fork while they read or flush
+	 * its cpu slabs and messages; a thread's fast and slow paths take none */
+	spinlock_t lock;
+	struct cpu_slab cpu[MAX_CACHES]      /* ids below STATIC_IDS: malloc's classes */
+		__attribute__((aligned(CACHE_LINE)));
+	/*
+	 * Rows by cache, reached through heap_outbox/heap_inbox/heap_stat: the
+	 * message this thread is filling (owner only); the stack of messages
+	 * other threads sent here (pushed by any thread with a CAS, taken whole
+	 * by the owner; closed from its exit on); statistics, written by the
+	 * owner only (stat_add; heaps live for good, so these are never lost;
+	 * a new cache clears its row). The static caches' rows come first,
+	 * together, their statistics in the row order their creator gives
+	 * (malloc: start-up classes first): a short-lived program's heap is
+	 * then two pages written, its cpu slabs' and this one, not five. The
+	 * other caches' follow, by id.
+	 */
+	struct run_cache runs;               /* freed large runs kept for reuse */
+	struct mailbox msg_returns;          /* its messages, drained: posted back by
+						their receivers, taken whole by the owner */
+	struct remote_msg *k_outbox[STATIC_IDS];
+	struct mailbox k_inbox[STATIC_IDS] __attribute__((aligned(CACHE_LINE)));
+	long k_stat[STATIC_IDS][NR_CACHE_STATS] __attribute__((aligned(CACHE_LINE)));
+	struct remote_msg *outbox[MAX_CACHES - STATIC_IDS];
+	struct mailbox inbox[MAX_CACHES - STATIC_IDS] __attribute__((aligned(CACHE_LINE)));
+	long stat[MAX_CACHES - STATIC_IDS][NR_CACHE_STATS] __attribute__((aligned(CACHE_LINE)));
+};
+_Static_assert(NR_CHUNKS <= 64, "chunks_used is one word");
+_Static_assert(offsetof(struct thread_heap, cpu) == CACHE_LINE,
+	       "cpu[64k - 1] (never a live cache's) starts each page of a heap");
+_Static_assert(NEVER_USED_ID % 64 == 63, "the never-used id is one at a page start");
+
+static inline struct remote_msg **heap_outbox(struct thread_heap *h, unsigned id)
+{
+	return id < STATIC_IDS ? &h->k_outbox[id] : &h->outbox[id - STATIC_IDS];
+}
+
+static inline struct mailbox *heap_inbox(struct thread_heap *h, unsigned id)
+{
+	return id < STATIC_IDS ? &h->k_inbox[id] : &h->inbox[id - STATIC_IDS];
+}
+
+/* Exported (as uslab_tls_heap_) for the inline fast paths in uslab.h. */
+extern __thread struct thread_heap *tls_heap __asm__("uslab_tls_heap_")
+	__attribute__((tls_model("initial-exec"), visibility("default")));
+
+extern struct thread_heap empty_heap;   /* tls_heap of a thread without a heap */
+
+static inline long *heap_stat(struct thread_heap *h, const struct uslab_cache *s)
+{
+	return (long *)((char *)h + s->stat_off);
+}
+
+static inline struct cpu_slab *heap_cpu_slab(struct thread_heap *h, const struct uslab_cache *s)
+{
+	return (struct cpu_slab *)((char *)h + s->cpu_offset);
+}
+
+/* Has h ever used the chunk of cpu slabs that holds s's? (else all zero) */
+static inline bool heap_has_chunk(const struct thread_heap *h, const struct uslab_cache *s)
+{
+	return h->chunks_used >> s->chunk & 1;
+}
+
+static inline struct cpu_slab *this_cpu_slab(const struct uslab_cache *s)
+{
+	return heap_cpu_slab(tls_heap, s);
+}
+
+/* The library's view of a cpu slab as uslab.h's fast paths take it. */
+static inline struct uslab_cpu_cache_ *cpu_fast(struct cpu_slab *c)
+{
+	return (struct uslab_cpu_cache_ *)(void *)c;
+}
+
+/* The remote-free fast path: obj goes into this thread's message for the
+ * slab's owner when there is one with room (free_by_message does the rest:
+ * a new message, sending a full one). No atomic, and obj is not touched. */
+static inline bool outbox_add(struct thread_heap *h, const struct uslab_cache *s,
+			      const struct slab *slab, void *obj)
+{
+	struct remote_msg *m = *heap_outbox(h, s->id);
+
+	if (m && m->to == READ_ONCE(slab->owner) && m->count < MSG_OBJS - 1 &&
+	    m->obj[m->count - 1] != obj) {
+		m->obj[m->count++] = obj;
+		return true;
+	}
+	return false;
+}
+
+/* ---- what the layers above use ------------------------------------------------- */
+
+struct cpu_slab *cpu_slab_get(struct uslab_cache *s);  /* makes a real heap/chunk */
+struct run_cache *heap_runs(void);                     /* NULL: the thread has no heap */
+void cache_drain_cpu_partial(struct uslab_cache *s);   /* tests: caller's cpu partial */
+/*
+ * Fill in a cache's geometry and register it. id < 0: the first free id
+ * above the static ones; else exactly that static id, with its statistics
+ * in static row `row`. Allocates nothing. Returns 0, or an errno value.
+ */
+int cache_setup(struct uslab_cache *s, const char *name, size_t size, size_t align,
+		unsigned flags, void (*ctor)(void *), int id, unsigned row);
+struct cache_report {
+	const char *name;
+	size_t size, object_size, objects_per_slab, slab_bytes;
+	size_t slabs, partial_slabs;
+	long live_objects;
+	long stat[NR_CACHE_STATS];
+};
+void caches_for_each_report(void (*fn)(const struct cache_report *, void *), void *arg);
+void caches_lock_all(void);                            /* fork: registry, heaps, lists */
+void caches_unlock_all(bool child);
+
+void *cache_alloc_slow(struct uslab_cache *s);
+void cache_free_slow(struct uslab_cache *s, void *obj);
+void slab_free_slow(struct uslab_cache *s, struct slab *slab, void *obj);
+void slab_free_cached(struct uslab_cache *s, struct slab *slab, void *obj);
+
+/*
+ * Fast paths: uslab.h's, on the library's own cpu slab for s (an empty
+ * static heap stands in for a thread that has none yet, so neither tests for
+ * it: its freelist is NULL and its span 0, and both fall through).
+ */
+static inline void *cache_alloc_fast(struct uslab_cache *s)
+{
+	void *obj = uslab_cpu_pop_(cpu_fast(this_cpu_slab(s)), s->fp_offset);
+
+	if (likely(obj))
+		return obj;
+	return cache_alloc_slow(s);
+}
+
+static inline void cache_free_fast(struct uslab_cache *s, void *obj)
+{
+	if (likely(uslab_cpu_push_(cpu_fast(this_cpu_slab(s)), obj, s->fp_offset)))
+		return;
+	cache_free_slow(s, obj);
+}
+
+#pragma GCC visibility pop
+
+#endif /* USLAB_CACHE_H */

@@ -1,0 +1,490 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cpu.c - the cpu slab's slow paths: refilling the cpu freelist, giving
+ * frozen slabs up (deactivate, cpu-partial), and frees outside the active
+ * slab (owner-local, by message, cached as foreign, or by dwcas).
+ *
+ * Call tree of an allocation (uslab.h and malloc/kmalloc.h have the fast
+ * paths, which end in cache_alloc_slow when the freelist is empty):
+ *   cache_alloc_slow -> cpu_refill -> inbox_drain (remote.c)
+ *                                  -> refill_from_active -> slab_take_private, slab_build_more
+ *                                  -> refill_slab -> cpu-partial, partial_take, slab_new
+ * and of a free outside the active slab:
+ *   cache_free_slow / slab_free_slow -> free_local_or_remote
+ *       -> slab_local_push (this thread owns it) | free_by_message (another does)
+ *       | slab_free_cached (nobody does: foreign, flush_foreign later)
+ */
+#define _GNU_SOURCE
+#include "local.h"
+
+#include <errno.h>
+
+
+static void cpu_slab_activate(struct cpu_slab *c, struct uslab_cache *s, struct slab *slab,
+			      void *freelist)
+{
+	c->slab = slab;
+	c->freelist = freelist;
+	c->base = slab->base;
+	c->span = (uintptr_t)s->objects * s->stride;
+}
+
+/* The slab is frozen for the calling thread's heap: from now on that
+ * thread's frees of its objects are local. */
+static void slab_set_owner(struct slab *slab)
+{
+	WRITE_ONCE(slab->owner, tls_heap);
+	WRITE_ONCE(slab->owner_tp, thread_self());
+}
+
+/* The last object of chain p (NULL if it is empty); its length is added to
+ * *n. A walk: a cache miss per object the thread has not touched lately. */
+static void *chain_last(const struct uslab_cache *s, void *p, unsigned *n)
+{
+	void *last = NULL;
+
+	for (; p; p = fp_get(s, p)) {
+		last = p;
+		(*n)++;
+	}
+	return last;
+}
+
+/*
+ * Owner only: give up a frozen slab. Its private objects are the chain
+ * `chain` (the cpu freelist, for the active slab), its owner-local list and
+ * its objects not built yet (an active slab's); all are spliced back by one
+ * dwcas in slab_unfreeze. owner is cleared first, so no later free by this
+ * thread goes to the local list. Returns the length of `chain`.
+ */
+static unsigned slab_release(struct uslab_cache *s, struct slab *slab, void *chain)
+{
+	void *head = chain, *tail;
+	unsigned n = 0, k, chained;
+
+	slab_clear_owner(slab);
+	tail = chain_last(s, chain, &n);
+	chained = n;
+	if (slab->local_free) {
+		if (tail)
+			fp_set(s, tail, slab->local_free);
+		else
+			head = slab->local_free;
+		tail = chain_last(s, slab->local_free, &n);
+		stat_add(s, STAT_FREE_LOCAL, (long)slab->local_count);
+		slab->local_free = NULL;
+		slab->local_count = 0;
+	}
+	if (slab->built < s->objects) {
+		head = slab_build(s, slab, head, BUILD_REST, &k);
+		n += k;
+		if (!tail)
+			tail = (char *)slab->base + (size_t)(s->objects - 1) * s->stride;
+	}
+	slab_unfreeze(s, slab, head, tail, n);
+	return chained;
+}
+
+/*
+ * Statistics of the fast paths, which count nothing themselves: everything
+ * the slow path supplied to the cpu freelist, plus what frees pushed there,
+ * minus what left it without being allocated (removed) and what is still on
+ * it (remaining, which becomes the next round's supply), was allocated fast.
+ */
+static void cpu_stats_fold(struct uslab_cache *s, struct cpu_slab *c, unsigned removed,
+			   unsigned remaining)
+{
+	long fast = (long)c->supplied + (long)c->fast_frees - (long)removed - (long)remaining;
+
+	if (fast)
+		stat_add(s, STAT_ALLOC_FAST, fast);
+	if (c->fast_frees)
+		stat_add(s, STAT_FREE_FAST, (long)c->fast_frees);
+	c->supplied = remaining;
+	c->fast_frees = 0;
+}
+
+/*
+ * malloc's frees of objects from slabs this thread does not own go on its
+ * cpu freelist (no atomic), to be allocated again here; the freelist then
+ * holds objects of other slabs too ("foreign"), at most foreign_max pushed
+ * since it was last empty. This gives them back to their slabs: runs of
+ * neighbours from one slab with one dwcas each. The active slab's objects
+ * stay on the list.
+ */
+static void flush_foreign(struct uslab_cache *s, struct cpu_slab *c)
+{
+	void *keep = NULL, **link = &keep;
+	struct slab *run = NULL;
+	void *head = NULL, *tail = NULL;
+	unsigned cnt = 0, kept = 0, gone = 0;
+
+	for (void *p = c->freelist, *next; p; p = next) {
+		next = fp_get(s, p);
+		if ((uintptr_t)p - c->base < c->span) {
+			*link = p;
+			link = (void **)((char *)p + s->fp_offset);
+			kept++;
+			continue;
+		}
+		struct slab *slab = ptr_to_slab(p);
+		if (slab != run && run) {
+			slab_free_chain(s, c, run, head, tail, cnt);
+			gone += cnt;
+			run = NULL;
+		}
+		if (!run) {
+			run = slab;
+			head = tail = p;
+			cnt = 1;
+		} else {
+			fp_set(s, p, head);
+			head = p;
+			cnt++;
+		}
+	}
+	*link = NULL;
+	if (run) {
+		slab_free_chain(s, c, run, head, tail, cnt);
+		gone += cnt;
+	}
+	stat_add(s, STAT_FOREIGN_FLUSHED, gone);   /* counted as frees when pushed */
+	cpu_stats_fold(s, c, gone, kept);
+	c->freelist = keep;
+	c->foreign_left = s->foreign_max;
+}
+
+/* Give up the active slab: splice the private chain back and unfreeze. */
+static void cpu_slab_deactivate(struct uslab_cache *s, struct cpu_slab *c)
+{
+	struct slab *slab = c->slab;
+	void *chain;
+
+	if (c->foreign_left != s->foreign_max)   /* foreign objects may be on the list */
+		flush_foreign(s, c);
+	chain = c->freelist;   /* only the active slab's objects now: none without one */
+	c->slab = NULL;
+	c->freelist = NULL;
+	c->base = c->span = 0;
+	/* one walk of the chain (at thread exit, a cache miss per object) */
+	cpu_stats_fold(s, c, slab ? slab_release(s, slab, chain) : 0, 0);
+}
+
+static void cpu_partial_drain(struct uslab_cache *s, struct cpu_slab *c)
+{
+	struct slab *slab = c->partial, *next;
+
+	c->partial = NULL;
+	c->nr_partial = 0;
+	if (slab)
+		stat_add(s, STAT_CPU_PARTIAL_DRAIN, 1);
+	for (; slab; slab = next) {
+		next = slab->next;
+		slab->next = NULL;
+		slab_release(s, slab, NULL);
+	}
+}
+
+void cpu_slab_flush(struct uslab_cache *s, struct cpu_slab *c)
+{
+	cpu_slab_deactivate(s, c);
+	cpu_partial_drain(s, c);
+}
+
+/* Tests: give up the calling thread's cpu-partial slabs of s (dry ones go
+ * FULL), leaving its active slab alone. */
+void cache_drain_cpu_partial(struct uslab_cache *s)
+{
+	if (heap_has_chunk(tls_heap, s))
+		cpu_partial_drain(s, heap_cpu_slab(tls_heap, s));
+}
+
+/* A slab a remote free has just frozen for us joins our cpu-partial list. */
+void cpu_partial_put(struct uslab_cache *s, struct cpu_slab *c, struct slab *slab)
+{
+	if (c->nr_partial >= s->cpu_partial)
+		cpu_partial_drain(s, c);
+	slab_set_owner(slab);
+	slab->next = c->partial;
+	c->partial = slab;
+	c->nr_partial++;
+	stat_add(s, STAT_CPU_PARTIAL_PUT, 1);
+}
+
+/*
+ * The active slab ran dry: keep it frozen, at the tail of the cpu-partial
+ * list, rather than let it go FULL. This thread's frees into it then stay
+ * owner-local (no dwcas to re-freeze it), and by the time the refill loop
+ * reaches it again they have had a chance to come back.
+ */
+static void cpu_partial_put_tail(struct uslab_cache *s, struct cpu_slab *c, struct slab *slab)
+{
+	struct slab **pp;
+
+	if (c->nr_partial >= s->cpu_partial)
+		cpu_partial_drain(s, c);
+	for (pp = &c->partial; *pp; pp = &(*pp)->next)
+		;
+	slab->next = NULL;
+	*pp = slab;
+	c->nr_partial++;
+}
+
+/* Owner only: the objects a frozen slab can give now (local list first),
+ * and how many. */
+static void *slab_take_private(struct uslab_cache *s, struct slab *slab, unsigned *count)
+{
+	void *chain = slab->local_free;
+
+	if (chain) {
+		*count = (unsigned)slab->local_count;
+		stat_add(s, STAT_FREE_LOCAL, (long)slab->local_count);
+		stat_add(s, STAT_REFILL_LOCAL, 1);
+		slab->local_free = NULL;
+		slab->local_count = 0;
+		return chain;
+	}
+	chain = slab_take_freelist(s, slab, false, count);
+	if (chain)
+		stat_add(s, STAT_REFILL_REMOTE, 1);
+	return chain;
+}
+
+/*
+ * Owner only, the active slab running dry with objects unbuilt and `reused`
+ * objects freed back to it (malloc's frees of the active slab's objects go
+ * to its local list): whether to build more, and how many. With none freed
+ * back it must (BUILD_GROW). Otherwise reuse comes first: those objects are
+ * warm, and an unbuilt one lies on a page never written, a page fault the
+ * first time (13 us on the VM of docs/bench.md, ~1 us on bare metal, against
+ * ~30 ns for a refill); a short process that cycles one buffer of a
+ * page-sized class (md5sum's 4 KiB stdio buffer, file after file) so writes
+ * one page of the slab, not all eight. But a thread cycling a few objects
+ * would then come here every few allocations for good (a malloc/free pair
+ * of a page-sized class: every time): after REUSE_REFILLS_MAX refills served
+ * by frees alone the slab builds one more page's worth, so a thread that
+ * keeps coming back gets its slab built (after at most pages x
+ * REUSE_REFILLS_MAX refills), and then refills as rarely as before.
+ */
+static void *slab_build_more(struct uslab_cache *s, struct slab *slab, unsigned reused,
+			     unsigned *count)
+{
+	if (!reused)
+		return slab_build(s, slab, NULL, BUILD_GROW, count);
+	*count = 0;
+	if (++slab->reuse_refills < REUSE_REFILLS_MAX)
+		return NULL;
+	return slab_build(s, slab, NULL, BUILD_PAGE, count);
+}
+
+/*
+ * The active slab's own frees first (owner-local, then remote), then, while
+ * it is not fully built, more objects after them: the chain for the cpu
+ * freelist, NULL when the slab is dry.
+ */
+static void *refill_from_active(struct uslab_cache *s, struct slab *slab, unsigned *count)
+{
+	void *freelist = slab_take_private(s, slab, count);
+
+	if (slab->built < s->objects) {
+		unsigned more, back = 0;
+		void *built = slab_build_more(s, slab, *count, &more);
+
+		/* after the objects freed back: they are the warm ones */
+		if (built && freelist)
+			fp_set(s, chain_last(s, freelist, &back), built);
+		else if (built)
+			freelist = built;
+		*count += more;
+	}
+	return freelist;
+}
+
+/*
+ * A slab to make active, frozen for this thread, and its objects: the first
+ * cpu-partial slab with something to give (dry ones, kept after running
+ * out, stay until frees come back or the list drains), else a slab off the
+ * cache's partial list, else a new one. NULL with errno = ENOMEM.
+ */
+static struct slab *refill_slab(struct uslab_cache *s, struct cpu_slab *c, void **freelist,
+				unsigned *count)
+{
+	struct slab *slab;
+
+	for (struct slab **pp = &c->partial; (slab = *pp); pp = &slab->next) {
+		*freelist = slab_take_private(s, slab, count);
+		if (*freelist) {
+			*pp = slab->next;
+			slab->next = NULL;
+			c->nr_partial--;
+			stat_add(s, STAT_REFILL_CPU_PARTIAL, 1);
+			return slab;
+		}
+	}
+	slab = partial_take(s, freelist, count);
+	if (slab) {
+		stat_add(s, STAT_REFILL_PARTIAL, 1);
+	} else {
+		slab = slab_new(s);
+		if (!slab) {
+			errno = ENOMEM;
+			return NULL;
+		}
+		*freelist = slab_build(s, slab, NULL, BUILD_GROW, count);
+	}
+	slab_set_owner(slab);
+	return slab;
+}
+
+/* Put objects on c's empty freelist; false (ENOMEM) when there are none. */
+static bool cpu_refill(struct uslab_cache *s, struct cpu_slab *c)
+{
+	void *freelist = NULL;
+	unsigned count = 0;
+
+	if (mailbox_peek(heap_inbox(tls_heap, s->id)))
+		inbox_drain(tls_heap, s->id, false);   /* onto the local lists taken below */
+	c->foreign_left = s->foreign_max;   /* every foreign object has been reused */
+	cpu_stats_fold(s, c, 0, 0);
+	if (c->slab) {
+		freelist = refill_from_active(s, c->slab, &count);
+		if (!freelist) {
+			struct slab *dry = c->slab;
+
+			c->slab = NULL;
+			c->base = c->span = 0;
+			cpu_partial_put_tail(s, c, dry);
+		}
+	}
+	if (freelist) {
+		c->freelist = freelist;
+	} else {
+		struct slab *slab = refill_slab(s, c, &freelist, &count);
+
+		if (!slab)
+			return false;
+		cpu_slab_activate(c, s, slab, freelist);
+	}
+	c->supplied = count ? count - 1 : 0;   /* all but the one popped next */
+	return true;
+}
+
+/* The fast path found the cpu freelist empty (or the thread has no heap). */
+void *cache_alloc_slow(struct uslab_cache *s)
+{
+	struct cpu_slab *c;
+
+	if (unlikely(READ_ONCE(deferred_pending)))
+		deferred_run();
+	c = cpu_slab_get(s);
+	if (unlikely(!c)) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	stat_add(s, STAT_ALLOC_SLOW, 1);
+	if (!c->freelist && !cpu_refill(s, c))
+		return NULL;
+	return uslab_cpu_pop_(cpu_fast(c), s->fp_offset);
+}
+
+struct slab *object_slab(struct uslab_cache *s, void *obj, const char *call)
+{
+	struct slab *slab = ptr_to_slab(obj);
+
+	if (unlikely(!slab || slab->kind != SLAB_KIND_SLAB))
+		uslab_fatal(call, obj, "invalid pointer");
+	if (unlikely(slab->cache != s))
+		uslab_fatal(call, obj, "pointer from another cache");
+	if (unlikely(!object_offset_valid(s->obj_magic, s->obj_limit, (uintptr_t)obj - slab->base)))
+		uslab_fatal(call, obj, "misaligned pointer");
+	return slab;
+}
+
+static noinline void free_remote(struct uslab_cache *s, struct slab *slab, void *obj)
+{
+	struct cpu_slab *c = cpu_slab_get(s);
+
+	stat_add(s, STAT_FREE_REMOTE, 1);
+	slab_free_chain(s, c, slab, obj, obj, 1);
+}
+
+/*
+ * Free outside the active slab, the slab already looked up: a local push if
+ * this thread froze the slab; a message to the heap that froze it if
+ * another thread did; else (nobody owns it) onto this thread's cpu freelist
+ * as a foreign object (slab_free_cached: reused here, or given back to its
+ * slab in runs, one dwcas per run, when the budget is spent). Caches made
+ * USLAB_REMOTE_IMMEDIATE take one dwcas on the slab for every non-local
+ * free (which may freeze a FULL slab for us, onto our cpu-partial list).
+ */
+static inline __attribute__((always_inline)) void
+free_local_or_remote(struct uslab_cache *s, struct slab *slab, void *obj)
+{
+	uintptr_t owner = READ_ONCE(slab->owner_tp);
+
+	if (owner == thread_self()) {
+		if (unlikely(obj == slab->local_free))
+			uslab_fatal("free", obj, "double free");
+		slab_local_push(slab, obj, s->fp_offset);
+		return;
+	}
+	if (unlikely(s->flags & USLAB_REMOTE_IMMEDIATE)) {
+		free_remote(s, slab, obj);
+		return;
+	}
+	struct thread_heap *to = owner ? READ_ONCE(slab->owner) : NULL;
+
+	if (!to)
+		slab_free_cached(s, slab, obj);
+	else if (!outbox_add(tls_heap, s, slab, obj))
+		free_by_message(s, slab, obj, to);
+}
+
+void slab_free_slow(struct uslab_cache *s, struct slab *slab, void *obj)
+{
+	free_local_or_remote(s, slab, obj);
+}
+
+/* malloc's free of an object of a slab another thread (or none) owns: onto
+ * this thread's cpu freelist for reuse (see flush_foreign). */
+void slab_free_cached(struct uslab_cache *s, struct slab *slab, void *obj)
+{
+	struct cpu_slab *c = cpu_slab_get(s);
+
+	if (unlikely(!c)) {
+		stat_add(s, STAT_FREE_REMOTE, 1);
+		slab_free_chain(s, NULL, slab, obj, obj, 1);
+		return;
+	}
+	if (unlikely(obj == c->freelist))
+		uslab_fatal("free", obj, "double free");
+	if (!c->foreign_left)   /* budget spent, or a new cpu slab */
+		flush_foreign(s, c);
+	c->foreign_left--;
+	uslab_cpu_link_(cpu_fast(c), obj, s->fp_offset);
+}
+
+/*
+ * Cache-API free outside the active slab: the checks object_slab makes, in
+ * their cheap form, then an owner-local push or the dwcas path. NULL lands
+ * here too (the fast path's range test fails for it).
+ */
+noinline void cache_free_slow(struct uslab_cache *s, void *obj)
+{
+	struct cpu_slab *c = this_cpu_slab(s);
+
+	if (unlikely(!obj))
+		return;
+	/* the fast path refuses an object of the active slab only as the
+	 * freelist's head */
+	if (unlikely((uintptr_t)obj - c->base < c->span))
+		uslab_fatal("free", obj, "double free");
+	struct slab *slab = ptr_to_slab(obj);
+	if (likely(slab && slab->cache == s &&
+		   object_offset_valid(s->obj_magic, s->obj_limit, (uintptr_t)obj - slab->base))) {
+		free_local_or_remote(s, slab, obj);
+		return;
+	}
+	object_slab(s, obj, "uslab_cache_free");   /* reports what is wrong */
+	__builtin_unreachable();
+}

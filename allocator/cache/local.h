@@ -1,0 +1,72 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * local.h - what the files of the cache layer share among themselves:
+ *   heap.c    thread heaps, their flush at exit, the fork locks
+ *   cpu.c     the cpu slab slow paths: refill, deactivate, frees outside the
+ *             active slab
+ *   remote.c  remote frees by message
+ *   api.c     the uslab_cache_* API and the registry of caches
+ *   walk.c    walks over a cache's slabs: validate, live counts, reports
+ * Nothing outside cache/ includes it.
+ */
+#ifndef USLAB_CACHE_LOCAL_H
+#define USLAB_CACHE_LOCAL_H
+
+#include "cache.h"
+
+#pragma GCC visibility push(hidden)
+
+/* heap.c: every heap ever made (heaps live for good), under heaps_lock */
+extern spinlock_t heaps_lock;
+extern struct thread_heap *heaps;
+void heaps_lock_each(void);                  /* heaps_lock held: every heap's lock */
+void heaps_unlock_each(bool child);
+
+/* api.c: the registry. Readers walk it for statistics, writers add and
+ * remove caches; a cache's memory lives while anyone holds a reference. */
+extern qrwlock_t cache_registry;
+extern struct uslab_cache *caches;
+void cache_release(struct kref *ref);
+
+/* cpu.c */
+void cpu_slab_flush(struct uslab_cache *s, struct cpu_slab *c);
+void cpu_partial_put(struct uslab_cache *s, struct cpu_slab *c, struct slab *slab);
+/* s's slab holding obj, or a one-line abort naming call and what is wrong */
+struct slab *object_slab(struct uslab_cache *s, void *obj, const char *call);
+/*
+ * The one way a chain head..tail of cnt objects goes back to its slab when
+ * the caller does not own it: one dwcas (__slab_free); a FULL slab it
+ * thereby freezes for the caller joins c's cpu-partial list (c NULL: the
+ * caller has no heap and cannot own slabs).
+ */
+static inline void slab_free_chain(struct uslab_cache *s, struct cpu_slab *c, struct slab *slab,
+				   void *head, void *tail, unsigned cnt)
+{
+	if (__slab_free(s, slab, head, tail, cnt, c != NULL))
+		cpu_partial_put(s, c, slab);
+}
+
+/* remote.c */
+void inbox_drain(struct thread_heap *h, unsigned id, bool close);
+void outbox_send(struct thread_heap *h, unsigned id);
+void heap_messages_flush(struct thread_heap *h, bool exiting);
+void heap_messages_drop(struct thread_heap *h, struct uslab_cache *s);
+void heap_inboxes_close(struct thread_heap *h);
+void heap_inboxes_open(struct thread_heap *h);
+void free_by_message(struct uslab_cache *s, struct slab *slab, void *obj,
+		     struct thread_heap *to);
+
+/* walk.c */
+void own_inbox_drain(struct uslab_cache *s);
+long own_private_objects(struct uslab_cache *s);
+size_t cache_live_objects(struct uslab_cache *s);
+
+/* Each id of h's used chunks (skipping the unused 64 at a time). */
+#define for_each_heap_id(h, id)                                                         \
+	for (unsigned id = 0; id < MAX_CACHES;                                          \
+	     id += ((h)->chunks_used >> (id / CPU_CHUNK) & 1) ? 1 : CPU_CHUNK)          \
+		if ((h)->chunks_used >> (id / CPU_CHUNK) & 1)
+
+#pragma GCC visibility pop
+
+#endif

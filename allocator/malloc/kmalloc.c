@@ -1,0 +1,236 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kmalloc.c - malloc's blocks by kind: small objects of the class caches,
+ * large runs of units in segments (descriptor kind LARGE), huge blocks
+ * (huge.c); their slow paths, sizes, resizing, and trim.
+ */
+#define _GNU_SOURCE
+#include "local.h"
+
+#include <errno.h>
+#include <string.h>
+
+/* ---- large blocks ------------------------------------------------------------ */
+
+static void *large_alloc(size_t n, bool *zeroed)
+{
+	unsigned units = (unsigned)((n + UNIT_SIZE - 1) >> UNIT_SHIFT);
+	struct run_cache *rc = heap_runs();
+	struct slab *head = rc ? run_cache_take(rc, units) : NULL;
+
+	if (head) {   /* a run this thread freed: committed, not zero */
+		if (zeroed)
+			*zeroed = false;
+		smp_store_release(&head->kind, SLAB_KIND_LARGE);
+		return (void *)head->base;
+	}
+	head = segment_alloc_units(units, SLAB_KIND_LARGE, zeroed);
+	if (!head)
+		return NULL;
+	head->base = slab_start(head);
+	return (void *)head->base;
+}
+
+/* *zeroed (if not NULL): the block reads as zero (fresh from the OS). */
+void *malloc_large_or_huge(size_t n, size_t align, bool *zeroed)
+{
+	if (n > PTRDIFF_MAX) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	if (n <= LARGE_MAX && align <= UNIT_SIZE) {
+		void *p;
+		/* a plain malloc (no alignment) may come from the start-up arena */
+		if (unlikely(READ_ONCE(kmalloc_arena_on)) && !align && (p = arena_alloc_large(n))) {
+			if (zeroed)
+				*zeroed = false;
+			return p;
+		}
+		return large_alloc(n, zeroed);
+	}
+	/* calloc (zeroed) gets no huge pages: a big zeroed table is often
+	 * touched here and there, and a 4 KiB page costs only where it is */
+	bool z = false;
+	void *p = huge_alloc(n, align, !zeroed, &z);
+	if (zeroed)
+		*zeroed = z;
+	return p;
+}
+
+/* malloc's slow path for class cls: the start-up arena while it lasts
+ * (arena.c), then the class's cache. */
+noinline void *kmalloc_slow(unsigned cls)
+{
+	if (unlikely(READ_ONCE(kmalloc_arena_on))) {
+		void *p = arena_alloc(cls);
+
+		if (p)
+			return p;
+	}
+	return kmalloc_class_alloc(kmalloc_cache(cls));
+}
+
+noinline cold void free_invalid(const void *p, const char *call)
+{
+	uslab_fatal(call, p, "invalid pointer");
+}
+
+/* free of anything but a small object: large run, huge block, or garbage. */
+void free_nonsmall(void *p, struct slab *slab, const char *call)
+{
+	if (slab) {
+		struct run_cache *rc = heap_runs();
+		uint8_t kind = SLAB_KIND_LARGE;
+
+		if ((uintptr_t)p != slab->base)
+			free_invalid(p, call);
+		/* claim the block: a second free of it finds the kind changed */
+		if (!try_cmpxchg_acq_rel(&slab->kind, &kind, SLAB_KIND_TAIL))
+			uslab_fatal(call, p, kind == SLAB_KIND_TAIL ? "double free" : "invalid pointer");
+		if (!rc || !run_cache_put(rc, slab))   /* kept runs stay marked TAIL: freed */
+			segment_free_units(slab);
+		return;
+	}
+	if (!huge_free(p))
+		free_invalid(p, call);
+}
+
+/*
+ * free() of anything the inline path did not take: NULL, a kmalloc object of
+ * a slab another thread owns (or nobody), an immediate double free, a large
+ * run, a huge mapping, a uslab_cache object, or a bad pointer.
+ */
+noinline void kfree_slow(void *p, const char *call)
+{
+	if (!p)
+		return;
+	struct slab *slab = ptr_to_slab(p);
+	if (!slab || slab->kind != SLAB_KIND_SLAB) {
+		if (!slab && arena_owns(p))
+			arena_free(p, call);
+		else
+			free_nonsmall(p, slab, call);
+		return;
+	}
+	struct uslab_cache *s = READ_ONCE(slab->cache);
+	if (unlikely(!s || !object_offset_valid(s->obj_magic, s->obj_limit, (uintptr_t)p - slab->base)))
+		free_invalid(p, call);
+	if (unlikely(!(s->flags & CACHE_MALLOC)))
+		uslab_fatal(call, p, "pointer from uslab_cache_alloc");
+	/* owner-local, cached as foreign (flushing, or making the heap, first),
+	 * or home at once for small objects of another thread's slab */
+	slab_free_slow(s, slab, p);
+}
+
+/* Bytes the caller may use at p; 0 for NULL. Aborts on a foreign pointer. */
+size_t kmalloc_usable_size(const void *p, const char *call)
+{
+	size_t size;
+
+	if (!p)
+		return 0;
+	struct slab *slab = ptr_to_slab(p);
+	if (!slab && arena_owns(p))
+		return arena_usable_size(p, call);
+	if (slab) {
+		uintptr_t off = (uintptr_t)p - slab->base;
+		const struct uslab_cache *s = slab->cache;
+		if (slab->kind == SLAB_KIND_SLAB && object_offset_valid(s->obj_magic, s->obj_limit, off))
+			return s->stride;
+		if (slab->kind == SLAB_KIND_LARGE && off == 0)
+			return (size_t)slab->nunits << UNIT_SHIFT;
+		free_invalid(p, call);
+	}
+	if (!huge_usable_size(p, &size))
+		free_invalid(p, call);
+	return size;
+}
+
+/*
+ * Resize p in place when its block allows it: the same small class range,
+ * a large run that can grow into free neighbouring units or shrink, or a
+ * huge mapping that mremap can resize (moving it if needed). have is p's
+ * usable size (kmalloc_usable_size: realloc has checked p with it). Returns
+ * the (possibly moved) block, or NULL when the caller must allocate and copy.
+ */
+void *kmalloc_resize(void *p, size_t n, size_t have)
+{
+	struct slab *slab = ptr_to_slab(p);
+
+	/* a small block (slab object or arena block): in place while it fits
+	 * and would not fit in half */
+	if ((slab && slab->kind == SLAB_KIND_SLAB) || (!slab && arena_owns(p)))
+		return (n <= have && (n > have / 2 || have <= 16)) ? p : NULL;
+	if (slab) {   /* large */
+		if (n <= SMALL_MAX || n > LARGE_MAX)
+			return NULL;
+		unsigned units = (unsigned)((n + UNIT_SIZE - 1) >> UNIT_SHIFT);
+		return segment_resize_units(slab, units) ? p : NULL;
+	}
+	return n > LARGE_MAX ? huge_resize(p, n) : NULL;
+}
+
+/* Small class for an aligned request: the first class >= n whose size is a
+ * multiple of align (objects then start on align boundaries). */
+void *kmalloc_aligned(size_t align, size_t n)
+{
+	size_t want = n > align ? n : align;
+
+	/* slabs start on unit boundaries, so a class that is a multiple of
+	 * align (<= UNIT_SIZE) puts every object on an align boundary */
+	if (want <= SMALL_MAX && align <= UNIT_SIZE) {
+		for (unsigned c = size_class(want); c < NR_CLASSES; c++) {
+			struct uslab_cache *s = kmalloc_cache(c);
+
+			if (kmalloc_class_size[c] % align)
+				continue;
+			/* a class not set up yet has no cpu_offset to go by */
+			return likely(!kmalloc_unready(s)) ? cache_alloc_fast(s) :
+							     kmalloc_class_alloc(s);
+		}
+	}
+	return malloc_large_or_huge(n, align, NULL);
+}
+
+/* Give back everything that can be: the caller's cached slabs, empty slabs
+ * of every cache, empty segments. Returns true if memory was released. */
+bool kmalloc_trim(void)
+{
+	size_t before = segment_mapped_bytes();
+
+	size_t committed = segment_committed_bytes();
+	bool cached = range_cache_bytes() != 0;
+
+	uslab_thread_flush();
+	for (unsigned i = 0; i < NR_CLASSES; i++)
+		if (!kmalloc_unready(&kmalloc_store[i]))
+			cache_shrink_partial(&kmalloc_store[i]);
+	segment_purge_all();
+	segment_release_empty_over(0);
+	range_cache_expire(UINT64_MAX);
+	return segment_mapped_bytes() < before || segment_committed_bytes() < committed ||
+	       cached;
+}
+
+/* fork: this layer's locks but the arena's (a leaf, taken last) */
+void kmalloc_fork_prepare(void)
+{
+	kmalloc_classes_lock();
+	huge_lock_fork();
+}
+
+void kmalloc_fork_release(bool child)
+{
+	huge_unlock_fork(child);
+	kmalloc_classes_unlock(child);
+}
+
+static bool is_malloc_slab(const struct slab *head)
+{
+	return head->cache->flags & CACHE_MALLOC;
+}
+
+long kmalloc_check_descs(void)
+{
+	return segment_check_descs(is_malloc_slab);
+}

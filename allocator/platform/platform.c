@@ -1,0 +1,90 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * platform.c - the error reporter, the internal-check failures, the lock-
+ * order checker of debug builds, and deferred work.
+ */
+#define _GNU_SOURCE
+#include "platform.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#if !(defined(__has_builtin) && __has_builtin(__builtin_thread_pointer))
+__thread char thread_self_anchor;
+#endif
+
+/* Formats on the stack and writes with write(2): nothing here allocates. */
+static void say(const char *buf, int n, size_t size)
+{
+	if (n > 0 && write(2, buf, (size_t)n < size ? (size_t)n : size - 1) < 0)
+		return;
+}
+
+noinline cold void uslab_fatal(const char *call, const void *p, const char *what)
+{
+	char buf[256];
+
+	say(buf, snprintf(buf, sizeof(buf), "uslab: %s(): %s %p\n", call, what, p), sizeof(buf));
+	abort();
+}
+
+noinline cold void uslab_assert_fail(const char *cond, const char *file, int line)
+{
+	char buf[512];
+
+	say(buf, snprintf(buf, sizeof(buf), "uslab: internal check failed: %s (%s:%d)\n", cond,
+			  file, line),
+	    sizeof(buf));
+	abort();
+}
+
+#if USLAB_ASSERTS >= 1
+/*
+ * The ranks the calling thread holds, as a count per rank: a new lock must
+ * rank at least as high as every lock held. Equal ranks are allowed (the
+ * walks that lock every heap, or every cache's list, take them in list
+ * order, and only they do).
+ */
+static __thread uint8_t held[RANK_MAX];
+static __thread uint8_t top;   /* highest rank held, 0 for none */
+
+void lock_rank_acquire(enum lock_rank r)
+{
+	if (r < top)
+		uslab_assert_fail("lock taken out of rank order (docs/architecture.md)", __FILE__,
+				  (int)r);
+	held[r]++;
+	top = (uint8_t)r;
+}
+
+void lock_rank_release(enum lock_rank r)
+{
+	if (!held[r])
+		uslab_assert_fail("lock released that this thread does not hold", __FILE__, (int)r);
+	held[r]--;
+	while (top && !held[top])
+		top--;
+}
+#endif
+
+/* ---- deferred work -------------------------------------------------------------- */
+
+int deferred_pending;
+static void (*deferred_fn)(void);
+
+void deferred_register(void (*fn)(void))
+{
+	WRITE_ONCE(deferred_fn, fn);
+}
+
+void deferred_run(void)
+{
+	int one = 1;
+	void (*fn)(void) = READ_ONCE(deferred_fn);
+
+	/* acq_rel: one thread takes the request; pairs with nothing else (the
+	 * handler's relaxed store only asks) */
+	if (try_cmpxchg_acq_rel(&deferred_pending, &one, 0) && fn)
+		fn();
+}

@@ -1,0 +1,187 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * platform.h - the layer under every other: the operating system (mappings,
+ * the clock, the page size), the calling thread's identity, the one error
+ * reporter, deferred work for signal handlers, internal checks, and the
+ * helpers every layer shares. Nothing here allocates or knows of slabs.
+ *
+ *   toolkit (atomic/)  <  platform  <  segment  <  slab  <  cache  <  malloc  <  api
+ *
+ * docs/architecture.md draws the layers; tools/check-layers enforces that
+ * each file includes only its own layer's headers and those below.
+ */
+#ifndef USLAB_PLATFORM_H
+#define USLAB_PLATFORM_H
+
+/* The toolkit headers the layers use, all here: they must come before the
+ * noinline and cold macros below, which would expand inside theirs. */
+#include "atomic.h"
+#include "biased.h"
+#include "dwcas.h"
+#include "kref.h"
+#include "mailbox.h"
+#include "qrwlock.h"
+#include "spinlock.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#if __has_include(<sys/single_threaded.h>)
+#include <sys/single_threaded.h>
+#define USLAB_HAVE_SINGLE_THREADED 1
+#endif
+
+/* Everything declared from here on is internal to the library: hidden, so
+ * the fast paths reach it without a trip through the GOT. */
+#pragma GCC visibility push(hidden)
+
+#define USLAB_API __attribute__((visibility("default")))
+/* After every toolkit header: these names must not expand inside theirs. */
+#define noinline __attribute__((__noinline__))
+#define cold __attribute__((__cold__))
+
+#define CACHE_LINE     64
+#define HUGE_PAGE_SIZE (2ul << 20)   /* a transparent huge page (x86-64, arm64 4K) */
+
+#define round_up(x, a) (((x) + (a) - 1) & ~((uintptr_t)(a) - 1))
+#define container_of(p, T, m) ((T *)((char *)(p) - offsetof(T, m)))
+
+/* ---- checks ------------------------------------------------------------------
+ * Three tiers. Misuse a program can commit (a bad pointer, a double free) is
+ * always checked, cheaply, and reported with uslab_fatal. Internal
+ * invariants are ASSERT()s, compiled in when USLAB_ASSERTS >= 1 (the debug
+ * preset): the state transitions of docs/slab.md and the lock order. Whole-
+ * structure walks are ASSERT_EXPENSIVE(), compiled in at USLAB_ASSERTS >= 2
+ * (the check preset). In a release build neither evaluates its argument.
+ */
+#ifndef USLAB_ASSERTS
+#define USLAB_ASSERTS 0
+#endif
+noinline cold __attribute__((noreturn)) void uslab_assert_fail(const char *cond, const char *file,
+								int line);
+#if USLAB_ASSERTS >= 1
+#define ASSERT(c) (likely(c) ? (void)0 : uslab_assert_fail(#c, __FILE__, __LINE__))
+#else
+#define ASSERT(c) ((void)sizeof(!(c)))
+#endif
+#if USLAB_ASSERTS >= 2
+#define ASSERT_EXPENSIVE(c) ASSERT(c)
+#else
+#define ASSERT_EXPENSIVE(c) ((void)sizeof(!(c)))
+#endif
+
+/* One line on stderr naming the call, the problem and the pointer, then
+ * abort(). Allocates nothing (the heap may be what is broken). */
+noinline cold __attribute__((noreturn)) void uslab_fatal(const char *call, const void *p,
+							  const char *what);
+
+/* ---- lock order -----------------------------------------------------------------
+ * Every allocator lock has a rank; a thread takes locks in rising rank only
+ * (equal ranks: the walks that take every heap's or every cache's lock in
+ * list order). Checked by lock_ranked()/unlock_ranked() when USLAB_ASSERTS
+ * >= 1; in a release build they are spin_lock/spin_unlock. Outer first:
+ */
+enum lock_rank {
+	RANK_KMALLOC_INIT = 1,   /* malloc/: one class set up at a time */
+	RANK_HUGE,               /* malloc/: the huge-block table */
+	RANK_REGISTRY,           /* cache/: the cache registry (qrwlock, not ranked) */
+	RANK_HEAPS,              /* cache/: the list of thread heaps */
+	RANK_HEAP,               /* cache/: one heap (its flush) */
+	RANK_LIST,               /* slab/: a cache's partial list */
+	RANK_SEG,                /* segment/: segments and their unit maps */
+	RANK_RANGES,             /* segment/: freed huge ranges kept for reuse */
+	RANK_META,               /* segment/: metadata memory */
+	RANK_ARENA,              /* malloc/: the start-up arena (a leaf) */
+	RANK_OPTIONS,            /* platform/: the first read of the environment */
+	RANK_MAX
+};
+#if USLAB_ASSERTS >= 1
+void lock_rank_acquire(enum lock_rank r);
+void lock_rank_release(enum lock_rank r);
+#else
+static inline void lock_rank_acquire(enum lock_rank r) { (void)r; }
+static inline void lock_rank_release(enum lock_rank r) { (void)r; }
+#endif
+
+static inline void lock_ranked(spinlock_t *l, enum lock_rank r)
+{
+	lock_rank_acquire(r);
+	spin_lock(l);
+}
+
+static inline void unlock_ranked(spinlock_t *l, enum lock_rank r)
+{
+	spin_unlock(l);
+	lock_rank_release(r);
+}
+
+/* fork handlers: the parent unlocks, the child re-initialises */
+static inline void unlock_ranked_fork(spinlock_t *l, enum lock_rank r, bool child)
+{
+	spin_unlock_fork(l, child);
+	lock_rank_release(r);
+}
+
+/* ---- the operating system (os.c) ------------------------------------------------ */
+void *os_map(size_t size, size_t align, size_t skew, bool reserve);
+void *os_map_aligned(size_t size, size_t align);   /* os_map, not reserved */
+void os_hugepage(void *p, size_t size, bool on);
+void os_unmap(void *p, size_t size);
+void os_decommit(void *p, size_t size);
+void os_populate(void *p, size_t size);   /* best effort: fault in at once */
+size_t os_page_size(void);
+uint64_t os_now_ms(void);
+
+/* ---- threads -------------------------------------------------------------------- */
+
+/* The process has never made a second thread (glibc's
+ * __libc_single_threaded: it goes false, for good, before one starts);
+ * false when the C library cannot say. */
+static inline bool process_single_threaded(void)
+{
+#if USLAB_HAVE_SINGLE_THREADED
+	return __libc_single_threaded;
+#else
+	return false;
+#endif
+}
+
+/*
+ * The calling thread's identity: the thread pointer, one %fs-relative
+ * operand on x86-64 (no GOT load as for a TLS variable). Unique among live
+ * threads; a new thread may reuse a dead one's (the layers that compare it
+ * say why that is harmless for them).
+ */
+static inline uintptr_t thread_self(void)
+{
+#if defined(__has_builtin) && __has_builtin(__builtin_thread_pointer)
+	return (uintptr_t)__builtin_thread_pointer();
+#else
+	extern __thread char thread_self_anchor;
+	return (uintptr_t)&thread_self_anchor;   /* also unique per thread */
+#endif
+}
+
+/* ---- deferred work ------------------------------------------------------------------
+ * A signal handler may not take allocator locks; it sets deferred_pending,
+ * and the next allocation slow path of any thread runs the work registered
+ * for it (the statistics dump), outside every lock. */
+extern int deferred_pending;
+void deferred_register(void (*fn)(void));
+void deferred_run(void);   /* slow paths, when deferred_pending */
+
+/* Copy a C string into dst[size], truncated and always terminated. (Not
+ * snprintf: the first cache setup of a short-lived program would fault in
+ * libc's formatting code for it.) */
+static inline void name_copy(char *dst, size_t size, const char *src)
+{
+	size_t i = 0;
+
+	for (; i + 1 < size && src[i]; i++)
+		dst[i] = src[i];
+	dst[i] = 0;
+}
+
+#pragma GCC visibility pop
+
+#endif /* USLAB_PLATFORM_H */

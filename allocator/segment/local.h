@@ -1,0 +1,29 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * local.h - what the files of the segment layer share among themselves
+ * (segment.c: segments and runs; decay.c: giving free units back). Nothing
+ * outside segment/ includes it.
+ */
+#ifndef USLAB_SEGMENT_LOCAL_H
+#define USLAB_SEGMENT_LOCAL_H
+
+#include "segment.h"
+
+#pragma GCC visibility push(hidden)
+
+/* seg_lock protects the segment list, every segment's unit maps and counts,
+ * and the totals below (written under it, peeked at without it). */
+extern spinlock_t seg_lock;
+extern struct segment *seg_list;
+extern size_t clean_free_units;    /* free units that hold no memory */
+extern size_t dirty_free_units;    /* free units still committed */
+
+bool bit(const uint64_t *map, unsigned i);
+unsigned next_bit(const uint64_t *map, unsigned i, bool want);
+void units_take(struct segment *seg, unsigned first, unsigned n, bool *zeroed);
+void units_give(struct segment *seg, unsigned first, unsigned n, bool dirty);
+void purge_fork_child(void);       /* decay.c: a purge the fork left half done */
+
+#pragma GCC visibility pop
+
+#endif

@@ -272,6 +272,7 @@ USLAB_API int uslab_cache_destroy(struct uslab_cache *s)
 	lock_ranked(&heaps_lock, RANK_HEAPS);
 	flush_all_heaps(s);
 	unlock_ranked(&heaps_lock, RANK_HEAPS);
+	ASSERT_EXPENSIVE(uslab_cache_validate(s) == 0);   /* nothing frozen is left */
 	size_t live = cache_live_objects(s);
 	if (live) {
 		fprintf(stderr, "uslab: uslab_cache_destroy(): cache %s still has %zu live object%s\n",

@@ -23,6 +23,7 @@
 static void cpu_slab_activate(struct cpu_slab *c, struct uslab_cache *s, struct slab *slab,
 			      void *freelist)
 {
+	ASSERT(!c->slab && ctr_frozen(dwcas_read(&slab->xword).hi) && slab->owner == tls_heap);
 	c->slab = slab;
 	c->freelist = freelist;
 	c->base = slab->base;
@@ -202,6 +203,7 @@ void cache_drain_cpu_partial(struct uslab_cache *s)
 /* A slab a remote free has just frozen for us joins our cpu-partial list. */
 void cpu_partial_put(struct uslab_cache *s, struct cpu_slab *c, struct slab *slab)
 {
+	ASSERT(ctr_frozen(dwcas_read(&slab->xword).hi) && !slab->on_partial);
 	if (c->nr_partial >= s->cpu_partial)
 		cpu_partial_drain(s, c);
 	slab_set_owner(slab);

@@ -208,6 +208,7 @@ bool kmalloc_trim(void)
 	segment_purge_all();
 	segment_release_empty_over(0);
 	range_cache_expire(UINT64_MAX);
+	ASSERT_EXPENSIVE(kmalloc_check_descs() == 0);
 	return segment_mapped_bytes() < before || segment_committed_bytes() < committed ||
 	       cached;
 }

@@ -154,8 +154,10 @@ void units_take(struct segment *seg, unsigned first, unsigned n, bool *zeroed)
 {
 	unsigned dirty = 0;
 
-	for (unsigned i = first; i < first + n; i++)
+	for (unsigned i = first; i < first + n; i++) {
+		ASSERT(bit(seg->free_map, i));   /* only free units are claimed */
 		dirty += bit(seg->dirty_map, i);
+	}
 	if (seg->free_units == SEG_UNITS - SEG_HDR_UNITS)
 		nr_empty_segments--;
 	set_bits(seg->free_map, first, n, false);
@@ -171,6 +173,8 @@ void units_take(struct segment *seg, unsigned first, unsigned n, bool *zeroed)
 
 void units_give(struct segment *seg, unsigned first, unsigned n, bool dirty)
 {
+	for (unsigned i = first; i < first + n; i++)
+		ASSERT(!bit(seg->free_map, i) && !seg->desc[i].head);   /* in use, then cleared */
 	set_bits(seg->free_map, first, n, true);
 	seg->free_units += n;
 	if (dirty) {
@@ -368,6 +372,7 @@ void segment_free_units(struct slab *head)
 	struct segment *seg = ptr_segment(head);
 	unsigned first = desc_unit(head), n = head->nunits;
 
+	ASSERT(head->head == head && n >= 1 && first + n <= SEG_UNITS);
 	lock_ranked(&seg_lock, RANK_SEG);
 	descs_clear(seg, first, n);
 	units_give(seg, first, n, true);

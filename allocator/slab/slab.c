@@ -15,6 +15,8 @@ __thread char *tls_stat_rows __attribute__((tls_model("initial-exec")));
 
 static void add_partial(struct uslab_cache *s, struct slab *slab)
 {
+	ASSERT(spin_is_locked(&s->list_lock) && !slab->on_partial);
+	ASSERT(!ctr_frozen(dwcas_read(&slab->xword).hi));
 	slab->prev = NULL;
 	slab->next = s->partial;
 	if (s->partial)
@@ -26,6 +28,7 @@ static void add_partial(struct uslab_cache *s, struct slab *slab)
 
 static void remove_partial(struct uslab_cache *s, struct slab *slab)
 {
+	ASSERT(spin_is_locked(&s->list_lock) && slab->on_partial);
 	if (slab->prev)
 		slab->prev->next = slab->next;
 	else
@@ -50,6 +53,7 @@ struct slab *slab_new(struct uslab_cache *s)
 
 	if (!slab)
 		return NULL;
+	ASSERT(slab->head == slab && slab->kind == SLAB_KIND_SLAB && slab->nunits == s->units);
 	/* A busy cache will write every page of its next slab soon: fault them
 	 * in with one call (docs/slab.md). A cache's first slab is left to
 	 * fault page by page, as slab_build reaches it: a program that uses a
@@ -104,6 +108,7 @@ void *slab_build(struct uslab_cache *s, struct slab *slab, void *then, enum buil
 	unsigned first = slab->built, n = s->objects - first;
 	char *start = (char *)slab->base + (size_t)first * s->stride, *obj = start;
 
+	ASSERT(ctr_frozen(dwcas_read(&slab->xword).hi) && first <= s->objects);
 	if (step != BUILD_REST) {
 		unsigned want = step == BUILD_GROW && first ? first :
 			(unsigned)((os_page_size() + s->stride - 1) / s->stride);
@@ -125,6 +130,8 @@ void *slab_build(struct uslab_cache *s, struct slab *slab, void *then, enum buil
 /* An EMPTY slab that no list holds goes back to its segment. */
 void slab_discard(struct uslab_cache *s, struct slab *slab)
 {
+	/* EMPTY, unfrozen, on no list: nobody else can reach it */
+	ASSERT(dwcas_read(&slab->xword).hi == ctr_make(0, s->objects, false) && !slab->on_partial);
 	atomic_long_dec(&s->nr_slabs);
 	atomic_long_inc(&s->slabs_freed);
 	stat_add(s, STAT_SLAB_FREED, 1);
@@ -142,6 +149,8 @@ void *slab_take_freelist(struct uslab_cache *s, struct slab *slab, bool freeze, 
 {
 	dword_t old = dwcas_read(&slab->xword), nw;
 
+	/* the owner's take of its frozen slab, or a freeze under list_lock */
+	ASSERT(freeze ? spin_is_locked(&s->list_lock) : ctr_frozen(old.hi));
 	for (;;) {
 		if (!old.lo && !freeze) {
 			*count = 0;
@@ -186,6 +195,7 @@ void slab_unfreeze(struct uslab_cache *s, struct slab *slab, void *head, void *t
 	bool locked = false, partial;
 	unsigned inuse;
 
+	ASSERT(ctr_frozen(old.hi) && ctr_inuse(old.hi) >= n);   /* the owner's, and its chain */
 	for (;;) {
 		if (tail)
 			fp_set(s, tail, (void *)old.lo);
@@ -270,6 +280,7 @@ bool __slab_free(struct uslab_cache *s, struct slab *slab, void *head, void *tai
 			break;
 		stat_add(s, STAT_DWCAS_RETRY, 1);
 	}
+	ASSERT(inuse <= s->objects);
 	if (!locked)
 		return frozen && !was_frozen;
 

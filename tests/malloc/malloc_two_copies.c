@@ -69,6 +69,10 @@ static void *family_alloc(unsigned k, size_t n, size_t *len)
 	return p;
 }
 
+/* the copy's per-thread heap pointer (uslab.h declares it only for its
+ * inline paths, in optimised builds) */
+extern __thread char *uslab_tls_heap_;
+
 static void *worker(void *arg)
 {
 	struct live *mine = arg;

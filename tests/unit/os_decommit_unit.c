@@ -14,7 +14,7 @@
  */
 #define _GNU_SOURCE
 #include "test.h"
-#include "internal.h"
+#include "segment.h"
 
 #define SPAN_UNITS 32   /* 512 KiB: eight 64 KiB pages */
 

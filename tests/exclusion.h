@@ -12,6 +12,7 @@
  *   static struct exclusion x;
  *   lock(); exclusion_section(&x, "the ticket lock", word); unlock();
  *   exclusion_check(&x, total_sections);
+ *   exclusion_rounds(&x, run_round, r);    4 threads, then 8, checked
  */
 #ifndef USLAB_TEST_EXCLUSION_H
 #define USLAB_TEST_EXCLUSION_H
@@ -56,6 +57,22 @@ static inline void exclusion_check(struct exclusion *x, unsigned long total)
 	CHECK_EQ(x->counter, total);
 	CHECK_EQ(x->check, total * EXCLUSION_K);
 	CHECK_EQ(atomic_read(&x->inside), 0);
+}
+
+/* The lock stress tests' two rounds: run_round(4, ...), then (8, ...), each
+ * half of USLAB_STRESS_SECONDS (default 2 s, at most 10), each returning its
+ * sections; checked after each. Returns the sections of the two in r. */
+static inline void exclusion_rounds(struct exclusion *x, unsigned long (*run_round)(int, double),
+				    unsigned long r[2])
+{
+	double secs = test_stress_seconds(2.0);
+
+	if (secs > 10)
+		secs = 10;
+	r[0] = run_round(4, secs / 2);
+	exclusion_check(x, r[0]);
+	r[1] = run_round(8, secs / 2);
+	exclusion_check(x, r[0] + r[1]);
 }
 
 #endif

@@ -135,25 +135,17 @@ static unsigned long run_round(int nthreads, double seconds)
 int main(void)
 {
 	struct sigaction sa = { .sa_handler = on_sigusr1 };
-	double secs = test_stress_seconds(2.0);
-	unsigned long r4, r8, total;
+	unsigned long r[2];
 
 	sigemptyset(&sa.sa_mask);
 	sa.sa_flags = SA_RESTART;
 	REQUIRE(sigaction(SIGUSR1, &sa, NULL) == 0);
 
-	if (secs > 10)
-		secs = 10;
-	r4 = run_round(4, secs / 2);
-	exclusion_check(&excl, r4);
-	r8 = run_round(8, secs / 2);
-	total = r4 + r8;
-
-	exclusion_check(&excl, total);
+	exclusion_rounds(&excl, run_round, r);
 	CHECK_EQ(atomic_read(&lock.val), 0);
 	CHECK_EQ(atomic_read(&hlock.val), 0);
 	CHECK_EQ(hcounter, atomic_long_read(&handled));
-	CHECK(r4 > 0 && r8 > 0);
+	CHECK(r[0] > 0 && r[1] > 0);
 	for (int i = 0; i < QSPIN_SLOTS; i++) {
 		if (READ_ONCE(__qspin_slots[i])) {
 			fprintf(stderr, "slot row %d still claimed after all threads left\n", i);
@@ -163,7 +155,7 @@ int main(void)
 	}
 	printf("sections: %lu with 4 threads, %lu with 8 (%ld by trylock); "
 	       "seen inside: %ld queued, %ld pending; signals %ld, %ld while queued\n",
-	       r4, r8, atomic_long_read(&trylocks_ok), atomic_long_read(&queue_seen),
+	       r[0], r[1], atomic_long_read(&trylocks_ok), atomic_long_read(&queue_seen),
 	       atomic_long_read(&pending_seen), atomic_long_read(&handled),
 	       atomic_long_read(&nested_while_queued));
 	return test_done("atomic_qspinlock_stress");

@@ -95,21 +95,14 @@ static unsigned long run_round(int nthreads, double seconds)
 
 int main(void)
 {
-	double secs = test_stress_seconds(2.0);
-	unsigned long total = 0, r4, r8;
+	unsigned long r[2], total;
 
-	if (secs > 10)
-		secs = 10;
-	r4 = run_round(4, secs / 2);
-	exclusion_check(&excl, r4);
-	r8 = run_round(8, secs / 2);
-	total = r4 + r8;
-
-	exclusion_check(&excl, total);
+	exclusion_rounds(&excl, run_round, r);
+	total = r[0] + r[1];
 	CHECK(!spin_is_locked(&lock));
 	CHECK_EQ(lock.owner, (uint16_t)total);
-	CHECK(r4 > 0 && r8 > 0);
+	CHECK(r[0] > 0 && r[1] > 0);
 	printf("sections: %lu with 4 threads, %lu with 8 (%ld by trylock)\n",
-	       r4, r8, atomic_long_read(&trylocks_ok));
+	       r[0], r[1], atomic_long_read(&trylocks_ok));
 	return test_done("atomic_spinlock_stress");
 }

@@ -11,7 +11,8 @@
  *   test_now, test_sleep_ms, test_stress_seconds, test_rand
  *   test_fill, test_intact, ...     a block's pattern, from its address and
  *                                   size (or a seed that travels with it)
- *   test_run_child, test_expect_abort   code run in a forked child
+ *   test_run_child, test_expect_abort, test_expect_abort_known_wrong
+ *                                   code run in a forked child
  *   test_open_doc                   a file of docs/, for tests that hold it
  *                                   to the code
  *   test_status_kb, test_vma_of, test_thp_mode   what the kernel says
@@ -145,9 +146,9 @@ static inline uint64_t test_rand(uint64_t *s)
 
 /* ---- block patterns ---------------------------------------------------------------------------
  *
- * A block of n bytes filled with a seed holds, at byte i, byte i % 8 of
- * test_pattern_word(seed, i / 8) (bit 8 * (i % 8) up): any prefix of it can
- * be checked, after realloc too. test_fill and test_intact take the seed
+ * A block of n bytes filled with a seed holds, at byte i, byte i % 8 (the
+ * least significant first) of test_pattern_word(seed, i / 8): any prefix of
+ * it can be checked, after realloc too. test_fill and test_intact take the seed
  * from the block's address and size, so a block handed out twice, written
  * through a stale pointer or moved shows; a block realloc may move keeps
  * the seed it was filled with (test_fill_seed, test_intact_seed).

@@ -168,7 +168,7 @@ static void *swap_thread(void *arg)
 				CHECK(p != NULL);
 				return NULL;
 			}
-			memset(p, (unsigned char)(uintptr_t)p, SIZE);
+			test_fill(p, SIZE);
 			out->blocks[i] = p;
 		}
 		atomic_set_release(&out->full, 1);   /* pairs with the receiver's acquire */
@@ -177,7 +177,7 @@ static void *swap_thread(void *arg)
 		for (int i = 0; i < BATCH; i++) {
 			unsigned char *p = in->blocks[i];
 
-			if (p[0] != (unsigned char)(uintptr_t)p || p[SIZE - 1] != p[0])
+			if (!test_intact(p, SIZE))
 				CHECK(!"a block passed between threads lost its pattern");
 			uslab_free(p);
 		}

@@ -147,9 +147,7 @@ static void test_statistics(void)
 	}
 	char *json = stats_json_dump();
 	REQUIRE(json && stats_json_cache(json, "inline-stats", &o));
-	long allocs = stats_obj_get(&o, "alloc_fast") + stats_obj_get(&o, "alloc_slow");
-	long frees = stats_obj_get(&o, "free_fast") + stats_obj_get(&o, "free_local") +
-		     stats_obj_get(&o, "free_remote");
+	long allocs = stats_obj_allocs(&o), frees = stats_obj_frees(&o);
 	CHECK_EQ(allocs, PAIRS + 1);
 	CHECK_EQ(frees, PAIRS + 1);
 	free(json);

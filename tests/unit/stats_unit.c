@@ -224,8 +224,7 @@ static void test_cache(void)
 	REQUIRE(json && stats_json_cache(json, "stats-64-again", &o));
 	CHECK_EQ(stats_obj_get(&o, "alloc_slow"), 1);
 	CHECK_EQ(stats_obj_get(&o, "alloc_fast"), 0);
-	CHECK_EQ(stats_obj_get(&o, "free_fast") + stats_obj_get(&o, "free_local") +
-		 stats_obj_get(&o, "free_remote"), 1);
+	CHECK_EQ(stats_obj_frees(&o), 1);
 	CHECK_EQ(stats_obj_get(&o, "new_slab"), 1);
 	CHECK_EQ(stats_obj_get(&o, "cpu_partial_put"), 0);
 	free(json);

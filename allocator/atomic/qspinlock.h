@@ -203,16 +203,13 @@ static inline uint32_t __qspin_xchg_tail(qspinlock_t *lock, uint32_t tail)
 }
 
 /*
- * Contended acquire; val is the word the fast path saw. Pending first (one
- * waiter spins on the word), then the MCS queue. Caller holds nothing.
+ * Contended acquire, first try: the pending bit. val is the word the fast
+ * path saw. True when the lock is ours that way; false when others wait
+ * already and the caller must queue.
  */
-static __attribute__((noinline, unused)) void __qspin_lock_slowpath(qspinlock_t *lock,
-							       uint32_t val)
+static inline bool __qspin_try_pending(qspinlock_t *lock, uint32_t val)
 {
-	struct qspin_tls *t = &__qspin_tls;
-	struct qspin_node *node, *prev, *next = NULL;
-	unsigned int idx, slot, spins = 0;
-	uint32_t tail, old;
+	unsigned int spins = 0;
 
 	/* A pending waiter is taking over (0,1,0 -> 0,0,1): let it finish. */
 	for (int loops = QSPIN_PENDING_LOOPS; val == QSPIN_PENDING_VAL && loops; loops--) {
@@ -220,7 +217,7 @@ static __attribute__((noinline, unused)) void __qspin_lock_slowpath(qspinlock_t 
 		val = (uint32_t)atomic_read(&lock->val);
 	}
 	if (val & ~QSPIN_LOCKED_MASK)
-		goto queue;
+		return false;
 
 	/* acquire: pairs with the release in qspin_unlock if the lock was free */
 	val = (uint32_t)atomic_fetch_or_acquire(QSPIN_PENDING_VAL, &lock->val);
@@ -228,47 +225,27 @@ static __attribute__((noinline, unused)) void __qspin_lock_slowpath(qspinlock_t 
 		/* someone is pending or queued already: undo our bit if we set it */
 		if (!(val & QSPIN_PENDING_MASK))
 			atomic_andnot(QSPIN_PENDING_VAL, &lock->val);
-		goto queue;
+		return false;
 	}
 	/* We are the pending waiter: only the owner is ahead of us. */
 	while ((uint32_t)atomic_read_acquire(&lock->val) & QSPIN_LOCKED_MASK)
 		qspin_relax(&spins);    /* acquire: pairs with the release in qspin_unlock */
 	/* 0,1,0 -> 0,0,1 (P is ours and locked is 0, so nothing borrows) */
 	atomic_add((int)QSPIN_LOCKED_VAL - (int)QSPIN_PENDING_VAL, &lock->val);
-	return;
+	return true;
+}
 
-queue:
-	idx = t->count++;
-	barrier();      /* a signal handler that queues from here on takes node idx + 1 */
-	slot = idx ? t->slot : (t->slot = __qspin_claim_slot(t));
-	if (unlikely(idx >= QSPIN_MAX_NODES || !slot)) {
-		while (!qspin_trylock(lock))
-			qspin_relax(&spins);
-		goto release;
-	}
-	node = &t->node[idx];
-	tail = (slot << QSPIN_TAIL_SLOT_OFFSET) | (idx << QSPIN_TAIL_IDX_OFFSET);
-	WRITE_ONCE(node->locked, 0);
-	WRITE_ONCE(node->next, NULL);
+/*
+ * The queue head (our node, tail code `tail`; next: our successor if we
+ * saw one already): wait for the owner and the pending waiter to leave,
+ * take the lock, and make the successor the head.
+ */
+static inline void __qspin_head_take(qspinlock_t *lock, struct qspin_node *node,
+				     struct qspin_node *next, uint32_t tail)
+{
+	unsigned int spins = 0;
+	uint32_t val;
 
-	/* The owner and pending waiter may have left while we set up. */
-	if (qspin_trylock(lock))
-		goto release;
-
-	old = __qspin_xchg_tail(lock, tail);
-	if (old & QSPIN_TAIL_MASK) {
-		prev = __qspin_decode_tail(old);
-		/* release: our node's init happens before prev hands over to it
-		 * (pairs with the acquire load of node->next by prev, below) */
-		smp_store_release(&prev->next, node);
-		/* acquire: pairs with prev's release store to our node->locked */
-		while (!smp_load_acquire(&node->locked))
-			qspin_relax(&spins);
-		next = smp_load_acquire(&node->next);   /* same pairing as below */
-	}
-
-	/* Queue head: wait for the owner and the pending waiter to leave. */
-	spins = 0;
 	/* acquire: pairs with the release in qspin_unlock */
 	while ((val = (uint32_t)atomic_read_acquire(&lock->val)) & QSPIN_LOCKED_PENDING_MASK)
 		qspin_relax(&spins);
@@ -279,7 +256,7 @@ queue:
 		/* Last in the queue: take the lock and clear the tail at once.
 		 * relaxed: the acquire load above ordered us after the owner. */
 		if (atomic_try_cmpxchg_relaxed(&lock->val, &v, QSPIN_LOCKED_VAL))
-			goto release;
+			return;
 	}
 	/* Someone queued behind us (or set P for a moment and will queue):
 	 * nobody else can take the locked byte while the tail is non-zero. */
@@ -294,10 +271,62 @@ queue:
 	}
 	/* release: pairs with the successor's acquire wait on its node->locked */
 	smp_store_release(&next->locked, 1);
+}
 
-release:
+/* Contended acquire through the MCS queue, on our node with tail code `tail`. */
+static inline void __qspin_queue(qspinlock_t *lock, struct qspin_node *node, uint32_t tail)
+{
+	struct qspin_node *next = NULL;
+	unsigned int spins = 0;
+	uint32_t old;
+
+	WRITE_ONCE(node->locked, 0);
+	WRITE_ONCE(node->next, NULL);
+
+	/* The owner and pending waiter may have left while we set up. */
+	if (qspin_trylock(lock))
+		return;
+
+	old = __qspin_xchg_tail(lock, tail);
+	if (old & QSPIN_TAIL_MASK) {
+		struct qspin_node *prev = __qspin_decode_tail(old);
+
+		/* release: our node's init happens before prev hands over to it
+		 * (pairs with the acquire load of node->next by prev, in
+		 * __qspin_head_take) */
+		smp_store_release(&prev->next, node);
+		/* acquire: pairs with prev's release store to our node->locked */
+		while (!smp_load_acquire(&node->locked))
+			qspin_relax(&spins);
+		next = smp_load_acquire(&node->next);   /* same pairing as there */
+	}
+	__qspin_head_take(lock, node, next, tail);
+}
+
+/*
+ * Contended acquire; val is the word the fast path saw. Pending first (one
+ * waiter spins on the word), then the MCS queue. Caller holds nothing.
+ */
+static __attribute__((noinline, unused)) void __qspin_lock_slowpath(qspinlock_t *lock,
+							       uint32_t val)
+{
+	struct qspin_tls *t = &__qspin_tls;
+	unsigned int idx, slot, spins = 0;
+
+	if (__qspin_try_pending(lock, val))
+		return;
+	idx = t->count++;
+	barrier();      /* a signal handler that queues from here on takes node idx + 1 */
+	slot = idx ? t->slot : (t->slot = __qspin_claim_slot(t));
+	if (unlikely(idx >= QSPIN_MAX_NODES || !slot)) {
+		while (!qspin_trylock(lock))
+			qspin_relax(&spins);
+	} else {
+		__qspin_queue(lock, &t->node[idx],
+			      (slot << QSPIN_TAIL_SLOT_OFFSET) | (idx << QSPIN_TAIL_IDX_OFFSET));
+	}
 	/* No one can reach our node any more: the successor, if any, read our
-	 * row before it linked itself (which we saw above). */
+	 * row before it linked itself (which we saw in __qspin_head_take). */
 	if (idx == 0 && t->slot) {
 		WRITE_ONCE(__qspin_slots[t->slot - 1], NULL);
 		t->slot = 0;

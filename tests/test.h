@@ -555,7 +555,7 @@ static inline int test_require_uslab(void)
 }
 
 /* Preloaded tests: end uslab's start-up arena (a program's first small
- * blocks, packed outside any slab; allocator/arena.c), so that what follows
+ * blocks, packed outside any slab; allocator/malloc/arena.c), so that what follows
  * is served by slabs, heaps and segments. It ends after 16,384 blocks. */
 static inline void test_end_startup_arena(void)
 {

@@ -4,8 +4,8 @@
  * this order (compiled with -fno-toplevel-reorder), and linked after every
  * other object of the library but atomic/dwcas.c (allocator/CMakeLists.txt).
  *
- * A short-lived program pays about 15 us for each page it touches first on a
- * VM, a read of a zero page included. Defined where they are used, these
+ * A short-lived program pays for each page it touches first, a read of a
+ * zero page included (docs/malloc.md has the measurements). Defined where they are used, these
  * arrays cut the small variables of the files around them (locks, counters,
  * options, the arena's free lists) apart into pages of their own; here they
  * come last, so all the small variables are packed together right after
@@ -16,14 +16,13 @@
  * two small variables are placed in .data.
  *
  * Keep the small variables within the page .data ends in: `nm -n` on
- * libuslab.so shows where each lands (session 9: .data from 0x17120, the
- * last small variable, the arena's free lists, ending at 0x17e80, where the
- * registry starts). Cold arrays that are small but not tiny (the purge's
- * in-flight record) live here too.
+ * libuslab.so shows where each lands (docs/malloc.md, "Where the variables
+ * live"). Cold arrays that are small but not tiny (the purge's in-flight
+ * record) live here too.
  *
  * The order: the segment registry first, so that its entry 0 - which
- * free(NULL) reads - shares the small variables' page (session 8 had the
- * dwcas stripes between: one more page touched by nearly every process);
+ * free(NULL) reads - shares the small variables' page (with the dwcas
+ * stripes between, nearly every process touched one page more);
  * then the empty heap, whose first lines every malloc reads before the
  * thread has a heap, close to the registry's entries for high addresses
  * (where libraries and mappings are), so that both tend to share a page

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * override.c - the standard malloc names (built into libuslab.so when
- * USLAB_OVERRIDE is on), glibc's __libc_ aliases so memory never crosses
- * allocators, and the process-life hooks: fork handlers for every lock.
+ * USLAB_OVERRIDE is on) and glibc's __libc_ aliases, so memory never
+ * crosses allocators. (The fork handlers are process.c's.)
  *
  * malloc and free expand the inline fast paths here (no extra call); the
  * rest tail-call the uslab_ functions.

@@ -28,7 +28,7 @@
 
 /*
  * In .data, though zero: libuslab links this file after its big .bss arrays
- * (allocator/layout.c), so that the 4 KiB of stripes below, which nobody
+ * (allocator/api/layout.c), so that the 4 KiB of stripes below, which nobody
  * touches while cmpxchg16b serves, come last; the small variables stay in
  * the page .data ends in, which the loader writes anyway.
  */

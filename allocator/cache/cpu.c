@@ -258,8 +258,7 @@ static void *slab_take_private(struct uslab_cache *s, struct slab *slab, unsigne
  * to its local list): whether to build more, and how many. With none freed
  * back it must (BUILD_GROW). Otherwise reuse comes first: those objects are
  * warm, and an unbuilt one lies on a page never written, a page fault the
- * first time (13 us on the VM of docs/bench.md, ~1 us on bare metal, against
- * ~30 ns for a refill); a short process that cycles one buffer of a
+ * first time (some hundred refills' worth; docs/slab.md); a short process that cycles one buffer of a
  * page-sized class (md5sum's 4 KiB stdio buffer, file after file) so writes
  * one page of the slab, not all eight. But a thread cycling a few objects
  * would then come here every few allocations for good (a malloc/free pair

@@ -27,11 +27,12 @@ struct uslab_cache;
 #define USLAB_HWCACHE_ALIGN  0x1u   /* align objects to the cache line (64) */
 /* Frees of objects of slabs this thread does not own go to their slab at
  * once, one double-width CAS each (the kernel SLUB's behaviour). Without
- * it, such objects (of a cache line or more, or of slabs nobody owns) are
- * kept on the freeing thread's private list for reuse, at most 64 KiB of
- * them per cache, and given back to their slabs in batches: when that
- * budget is spent, at uslab_thread_flush/uslab_cache_shrink, at thread
- * exit, and when the cache is destroyed. */
+ * it, an object of a slab another thread owns goes to that thread in a
+ * message (batched, no atomic per object; its owner reuses it), and one of
+ * a slab nobody owns is kept on the freeing thread's private list for
+ * reuse, at most 64 KiB of them per cache, given back to their slabs in
+ * batches: when that budget is spent, at uslab_thread_flush and
+ * uslab_cache_shrink, at thread exit, and when the cache is destroyed. */
 #define USLAB_REMOTE_IMMEDIATE 0x2u
 
 /*

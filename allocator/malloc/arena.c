@@ -8,8 +8,8 @@
  * a dozen sizes. In slabs, every size costs the first page of its own slab,
  * and the first block of all costs a thread heap, a segment (three system
  * calls), its header page and a page of the segment registry: some 15 first
- * touches of pages more than glibc's dense heap, and a first touch costs
- * 13-15 us on a VM. Until the arena is used up, malloc's slow path serves
+ * touches of pages more than glibc's dense heap, and first touches are what
+ * a short program's time goes to (docs/malloc.md). Until the arena is used up, malloc's slow path serves
  * requests up to 64 KiB here instead: blocks of the class size (above the
  * small classes, whole 4 KiB pages) cut one after another from ARENA_SIZE
  * bytes of .bss (zero pages; only what is cut is ever touched). A freed

@@ -93,9 +93,9 @@ void os_decommit(void *p, size_t size)
 }
 
 /*
- * Fault in a range about to be written in full, with one system call: on
- * the benchmark VM a page written after a fault costs 10-11 us, after
- * MADV_POPULATE_WRITE (16 KiB at a time) about 6 us. Best effort: a kernel
+ * Fault in a range about to be written in full, with one system call: a
+ * page costs less to write after MADV_POPULATE_WRITE than after a fault of
+ * its own (docs/slab.md has the measurement). Best effort: a kernel
  * without it (before 5.14) says EINVAL once and the pages fault as before.
  */
 #ifndef MADV_POPULATE_WRITE

@@ -1,4 +1,4 @@
-/* arena_unit - the start-up arena (allocator/arena.c): a fresh process's first
+/* arena_unit - the start-up arena (allocator/malloc/arena.c): a fresh process's first
  * blocks are cut densely from one static region, one after another; freed
  * ones are reused by their class; sizes, alignment, content, realloc and
  * calloc behave as for slabs; misuse is caught exactly; the arena ends after

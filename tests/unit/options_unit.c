@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * options_unit - parsing of the USLAB_* environment (allocator/options.c).
+ * options_unit - parsing of the USLAB_* environment (allocator/platform/options.c).
  *
  *   good      every accepted spelling of every type sets the value, silently
  *   bad       negative, garbage, overflow, empty, missing '=': one warning

@@ -18,7 +18,7 @@
  * are added by the report) and after it. The same for malloc's
  * kmalloc-3072 cache through uslab_malloc/uslab_free, and the table
  * (uslab_stats_print) must agree with the JSON. docs/stats.md must list
- * every counter of the X-macro in allocator/stats.h, with its text, and no
+ * every counter of the X-macro in allocator/slab/slab.h, with its text, and no
  * other (test_open_doc finds it, as it finds docs/options.md for options_unit).
  */
 #define _GNU_SOURCE

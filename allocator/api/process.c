@@ -3,12 +3,13 @@
  * process.c - process life: start-up (options, statistics signal) and fork
  * handlers over every layer's locks.
  *
- * prepare takes every allocator lock in the documented order (kmalloc
- * init, huge table, cache registry, heaps, each heap, each cache's list_lock,
- * segments, metadata, dwcas stripes, the start-up arena), so no lock is held at fork() by a thread that will not
- * exist in the child. The parent unlocks them; the child re-initialises them
- * (a ticket lock may have had waiters queued, threads the child does not
- * have) and can allocate at once.
+ * prepare takes every allocator lock in rank order (platform.h's enum
+ * lock_rank: kmalloc init, huge table, cache registry, heaps, each heap,
+ * each cache's list_lock, segments, huge ranges, metadata, the start-up
+ * arena; then the dwcas stripes), so no lock is held at fork() by a thread
+ * that will not exist in the child. The parent unlocks them; the child
+ * re-initialises them (a ticket lock may have had waiters queued, threads
+ * the child does not have) and can allocate at once.
  */
 #include "api.h"
 #include "options.h"
@@ -40,22 +41,25 @@ static void fork_prepare(void)
 		fork_locked = lock;
 	if (!lock)
 		return;
-	kmalloc_fork_prepare();   /* kmalloc_init_lock ranks above the registry */
+	/* rank order (platform.h): the static locks above the registry, the
+	 * cache layer's (registry, heaps, lists), the static ones below, then
+	 * the toolkit's dwcas stripes (leaves inside dwcas) */
+	fork_locks_take(RANK_KMALLOC_INIT, RANK_REGISTRY - 1);
 	caches_lock_all();
-	segment_lock_all();
+	fork_locks_take(RANK_LIST + 1, RANK_MAX - 1);
 	dwcas_lock_all();
-	arena_fork_prepare();     /* a leaf: nothing is taken while it is held */
 }
 
 static void fork_release(bool child)
 {
 	if (!fork_locked)
 		return;
-	arena_fork_release(child);
 	dwcas_unlock_all(child);
-	segment_unlock_all(child);
+	if (child)
+		segment_fork_child();
+	fork_locks_release(RANK_LIST + 1, RANK_MAX - 1, child);
 	caches_unlock_all(child);
-	kmalloc_fork_release(child);
+	fork_locks_release(RANK_KMALLOC_INIT, RANK_REGISTRY - 1, child);
 }
 
 static void fork_parent(void)

@@ -55,6 +55,7 @@ static uint32_t arena_allocs;       /* blocks handed out, reuse included */
 static size_t arena_live;           /* bytes in live blocks */
 static uintptr_t arena_thread;      /* thread_self() of the one thread it serves */
 static spinlock_t arena_lock = SPINLOCK_INIT;
+FORK_LOCK(arena_lock, RANK_ARENA);
 bool kmalloc_arena_on = true;       /* read without the lock: it only goes off */
 
 _Static_assert(NR_CLASSES < ARENA_LARGE_CODE, "small codes below the large ones");
@@ -246,12 +247,3 @@ size_t arena_cut_bytes(void)
 	return READ_ONCE(arena_cut);
 }
 
-void arena_fork_prepare(void)
-{
-	lock_ranked(&arena_lock, RANK_ARENA);
-}
-
-void arena_fork_release(bool child)
-{
-	unlock_ranked_fork(&arena_lock, RANK_ARENA, child);
-}

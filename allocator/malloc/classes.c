@@ -124,6 +124,7 @@ static unsigned startup_class(unsigned c)
 }
 
 static spinlock_t kmalloc_init_lock = SPINLOCK_INIT;
+FORK_LOCK(kmalloc_init_lock, RANK_KMALLOC_INIT);
 
 /* From here on every class is set up on its first use (start-up classes). */
 void kmalloc_startup_end(void)
@@ -209,14 +210,4 @@ void *kmalloc_class_alloc(struct uslab_cache *s)
 	if (unlikely(READ_ONCE(kmalloc_startup)) && atomic_long_read(&s->slabs_allocated) > 1)
 		kmalloc_startup_end();
 	return p;
-}
-
-void kmalloc_classes_lock(void)
-{
-	lock_ranked(&kmalloc_init_lock, RANK_KMALLOC_INIT);
-}
-
-void kmalloc_classes_unlock(bool child)
-{
-	unlock_ranked_fork(&kmalloc_init_lock, RANK_KMALLOC_INIT, child);
 }

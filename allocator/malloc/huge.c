@@ -22,6 +22,7 @@ struct huge {
 };
 
 static spinlock_t huge_lock = SPINLOCK_INIT;
+FORK_LOCK(huge_lock, RANK_HUGE);
 static struct huge *huge_tab;
 static size_t huge_cap, huge_used, huge_tomb;
 static atomic_long_t huge_bytes, huge_count;
@@ -258,14 +259,4 @@ void *huge_resize(void *p, size_t n)
 	}
 	__huge_insert(&nh, true);   /* into the slot huge_remove just freed */
 	return q == MAP_FAILED ? NULL : q;
-}
-
-void huge_lock_fork(void)
-{
-	lock_ranked(&huge_lock, RANK_HUGE);
-}
-
-void huge_unlock_fork(bool child)
-{
-	unlock_ranked_fork(&huge_lock, RANK_HUGE, child);
 }

@@ -213,19 +213,6 @@ bool kmalloc_trim(void)
 	       cached;
 }
 
-/* fork: this layer's locks but the arena's (a leaf, taken last) */
-void kmalloc_fork_prepare(void)
-{
-	kmalloc_classes_lock();
-	huge_lock_fork();
-}
-
-void kmalloc_fork_release(bool child)
-{
-	huge_unlock_fork(child);
-	kmalloc_classes_unlock(child);
-}
-
 static bool is_malloc_slab(const struct slab *head)
 {
 	return head->cache->flags & CACHE_MALLOC;

@@ -111,8 +111,6 @@ void arena_free(void *p, const char *call);
 size_t arena_usable_size(const void *p, const char *call);
 size_t arena_live_bytes(void);
 size_t arena_cut_bytes(void);
-void arena_fork_prepare(void);
-void arena_fork_release(bool child);
 void *kmalloc_aligned(size_t align, size_t n);
 void *kmalloc_resize(void *p, size_t n, size_t have);
 size_t kmalloc_usable_size(const void *p, const char *call);
@@ -122,8 +120,6 @@ size_t kmalloc_huge_count(void);
 /* Tests: every descriptor checked (segment_check_descs) as malloc's slabs
  * must be; problems printed, counted. */
 long kmalloc_check_descs(void);
-void kmalloc_fork_prepare(void);
-void kmalloc_fork_release(bool child);
 void free_nonsmall(void *p, struct slab *slab, const char *call);
 noinline void kfree_slow(void *p, const char *call);
 noinline cold __attribute__((noreturn)) void free_invalid(const void *p, const char *call);

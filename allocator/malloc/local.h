@@ -16,16 +16,12 @@
 
 /* classes.c */
 void *kmalloc_class_alloc(struct uslab_cache *s);   /* sets s up first if need be */
-void kmalloc_classes_lock(void);                    /* fork */
-void kmalloc_classes_unlock(bool child);
 
 /* huge.c */
 void *huge_alloc(size_t n, size_t align, bool thp_wanted, bool *zeroed);
 bool huge_free(const void *p);
 bool huge_usable_size(const void *p, size_t *size);
 void *huge_resize(void *p, size_t n);
-void huge_lock_fork(void);
-void huge_unlock_fork(bool child);
 
 #pragma GCC visibility pop
 

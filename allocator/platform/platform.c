@@ -68,6 +68,27 @@ void lock_rank_release(enum lock_rank r)
 }
 #endif
 
+/* ---- locks a fork must hold ------------------------------------------------------- */
+
+extern const struct fork_lock __start_uslab_fork_locks[] __attribute__((visibility("hidden")));
+extern const struct fork_lock __stop_uslab_fork_locks[] __attribute__((visibility("hidden")));
+
+void fork_locks_take(enum lock_rank lo, enum lock_rank hi)
+{
+	for (int r = (int)lo; r <= (int)hi; r++)
+		for (const struct fork_lock *f = __start_uslab_fork_locks; f < __stop_uslab_fork_locks; f++)
+			if ((int)f->rank == r)
+				lock_ranked(f->lock, f->rank);
+}
+
+void fork_locks_release(enum lock_rank lo, enum lock_rank hi, bool child)
+{
+	for (int r = (int)hi; r >= (int)lo; r--)
+		for (const struct fork_lock *f = __start_uslab_fork_locks; f < __stop_uslab_fork_locks; f++)
+			if ((int)f->rank == r)
+				unlock_ranked_fork(f->lock, f->rank, child);
+}
+
 /* ---- deferred work -------------------------------------------------------------- */
 
 int deferred_pending;

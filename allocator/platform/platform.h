@@ -122,6 +122,24 @@ static inline void unlock_ranked_fork(spinlock_t *l, enum lock_rank r, bool chil
 	lock_rank_release(r);
 }
 
+/* ---- locks a fork must hold -------------------------------------------------------
+ * A static lock that fork() must not catch held by a thread the child will
+ * not have is declared with FORK_LOCK(lock, rank) beside its definition:
+ * an entry in the uslab_fork_locks section. api/process.c takes them in
+ * rank order (around the cache layer's, which are not static), the parent
+ * lets go of them and the child re-initialises them.
+ */
+struct fork_lock {
+	spinlock_t *lock;
+	enum lock_rank rank;
+};
+#define FORK_LOCK(l, r)                                                                    \
+	static const struct fork_lock fork_lock_##l                                       \
+		__attribute__((used, section("uslab_fork_locks"), aligned(sizeof(void *)))) = \
+		{ &(l), (r) }
+void fork_locks_take(enum lock_rank lo, enum lock_rank hi);   /* ranks lo..hi, rising */
+void fork_locks_release(enum lock_rank lo, enum lock_rank hi, bool child);
+
 /* ---- the operating system (os.c) ------------------------------------------------ */
 void *os_map(size_t size, size_t align, size_t skew, bool reserve);
 void *os_map_aligned(size_t size, size_t align);   /* os_map, not reserved */

@@ -8,6 +8,7 @@
 #include <string.h>
 
 static spinlock_t meta_lock = SPINLOCK_INIT;
+FORK_LOCK(meta_lock, RANK_META);
 
 #define META_BLOCK   (64ul << 10)
 #define META_CLASSES 64            /* 64-byte steps up to 4 KiB */
@@ -60,13 +61,4 @@ void meta_free(void *p, size_t size)
 	*(void **)p = meta_free_list[cls];
 	meta_free_list[cls] = p;
 	unlock_ranked(&meta_lock, RANK_META);
-}
-void meta_lock_fork(void)
-{
-	lock_ranked(&meta_lock, RANK_META);
-}
-
-void meta_unlock_fork(bool child)
-{
-	unlock_ranked_fork(&meta_lock, RANK_META, child);
 }

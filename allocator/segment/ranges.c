@@ -29,6 +29,7 @@ static struct range {
 } ranges[RANGE_SLOTS];
 static size_t range_bytes;
 static spinlock_t range_lock = SPINLOCK_INIT;
+FORK_LOCK(range_lock, RANK_RANGES);
 static atomic_long_t range_origins;
 
 /* A new origin: for every fresh mapping, and for a range mremap moved. */
@@ -226,13 +227,4 @@ void range_cache_put(uintptr_t map, size_t len, unsigned long origin)
 size_t range_cache_bytes(void)
 {
 	return READ_ONCE(range_bytes);
-}
-void range_cache_lock(void)
-{
-	lock_ranked(&range_lock, RANK_RANGES);
-}
-
-void range_cache_unlock(bool child)
-{
-	unlock_ranked_fork(&range_lock, RANK_RANGES, child);
 }

@@ -24,6 +24,7 @@
 #include <string.h>
 
 spinlock_t seg_lock = SPINLOCK_INIT;
+FORK_LOCK(seg_lock, RANK_SEG);
 struct segment *seg_list;
 size_t clean_free_units;
 size_t dirty_free_units;
@@ -442,21 +443,11 @@ void segment_for_each_slab(void (*fn)(struct slab *, void *), void *arg)
 	unlock_ranked(&seg_lock, RANK_SEG);
 }
 
-/* fork: seg_lock, then the ranges' and the metadata's (the documented order) */
-void segment_lock_all(void)
+/* A fork child, seg_lock held (the fork handlers hold every lock): the
+ * thread that was purging, if one was out with units, is not here. */
+void segment_fork_child(void)
 {
-	lock_ranked(&seg_lock, RANK_SEG);
-	range_cache_lock();
-	meta_lock_fork();
-}
-
-void segment_unlock_all(bool child)
-{
-	if (child)
-		purge_fork_child();
-	meta_unlock_fork(child);
-	range_cache_unlock(child);
-	unlock_ranked_fork(&seg_lock, RANK_SEG, child);
+	purge_fork_child();
 }
 
 /*

@@ -191,8 +191,7 @@ size_t segment_mapped_bytes(void);
 size_t segment_committed_bytes(void);
 void segment_give_back(struct segment *seg);
 void segment_release_empty_over(unsigned keep);       /* unmap empty segments */
-void segment_lock_all(void);                          /* fork: every lock of this layer */
-void segment_unlock_all(bool child);
+void segment_fork_child(void);                        /* fork child, locks held */
 /* Visit every slab and large-block head (seg_lock held during the walk;
  * a slab's cache may still be NULL while it is being set up). */
 void segment_for_each_slab(void (*fn)(struct slab *, void *), void *arg);
@@ -247,15 +246,11 @@ void range_cache_expire(uint64_t older_than);         /* UINT64_MAX: all */
 void range_cache_decay(uint64_t now, uint64_t decay);
 size_t range_cache_bytes(void);
 unsigned long range_new_origin(void);                 /* a fresh or moved mapping's */
-void range_cache_lock(void);                          /* fork */
-void range_cache_unlock(bool child);
 
 /* ---- metadata memory: heaps, messages, caches (meta.c) ------------------------------- */
 
 void *meta_alloc(size_t size);                        /* zeroed, cache-line aligned */
 void meta_free(void *p, size_t size);
-void meta_lock_fork(void);
-void meta_unlock_fork(bool child);
 
 #pragma GCC visibility pop
 

@@ -40,6 +40,20 @@ static void remove_partial(struct uslab_cache *s, struct slab *slab)
 	WRITE_ONCE(s->nr_partial, s->nr_partial - 1);
 }
 
+/*
+ * Hold list_lock across the coming dwcas exactly when this attempt makes the
+ * slab enter or leave the partial list (the rule at the top of slab.h); a
+ * retry, which sees a new word, may change the answer.
+ */
+static void list_lock_across(struct uslab_cache *s, bool *locked, bool want)
+{
+	if (want && !*locked)
+		lock_ranked(&s->list_lock, RANK_LIST);
+	else if (!want && *locked)
+		unlock_ranked(&s->list_lock, RANK_LIST);
+	*locked = want;
+}
+
 /* ---- slab life --------------------------------------------------------------- */
 
 /*
@@ -201,13 +215,7 @@ void slab_unfreeze(struct uslab_cache *s, struct slab *slab, void *head, void *t
 			fp_set(s, tail, (void *)old.lo);
 		inuse = ctr_inuse(old.hi) - n;
 		partial = inuse > 0 && inuse < s->objects;
-		if (partial && !locked) {
-			lock_ranked(&s->list_lock, RANK_LIST);
-			locked = true;
-		} else if (!partial && locked) {
-			unlock_ranked(&s->list_lock, RANK_LIST);
-			locked = false;
-		}
+		list_lock_across(s, &locked, partial);
 		nw.lo = head ? (uintptr_t)head : old.lo;
 		nw.hi = ctr_make(inuse, s->objects, false);
 		if (dwcas_try_cmpxchg(&slab->xword, &old, nw))
@@ -267,13 +275,7 @@ bool __slab_free(struct uslab_cache *s, struct slab *slab, void *head, void *tai
 			else if (!prior || inuse == 0)
 				need_lock = true;
 		}
-		if (need_lock && !locked) {
-			lock_ranked(&s->list_lock, RANK_LIST);
-			locked = true;
-		} else if (!need_lock && locked) {
-			unlock_ranked(&s->list_lock, RANK_LIST);
-			locked = false;
-		}
+		list_lock_across(s, &locked, need_lock);
 		nw.lo = (uintptr_t)head;
 		nw.hi = ctr_make(inuse, ctr_objects(old.hi), frozen);
 		if (dwcas_try_cmpxchg(&slab->xword, &old, nw))

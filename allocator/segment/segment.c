@@ -302,54 +302,59 @@ static struct slab *run_claim(struct segment *seg, unsigned first, unsigned n, u
 	return head;
 }
 
+/*
+ * seg_lock held: the segment and first unit of a free run of n units, NULL
+ * if none. Committed runs first (reusing them costs no page faults), else
+ * the free run with the fewest clean units in any segment.
+ */
+static struct segment *find_free_run(unsigned n, unsigned *first)
+{
+	struct segment *seg, *best = NULL;
+	unsigned best_clean = n + 1;
+
+	for (seg = seg_list; seg; seg = seg->next) {
+		if (seg->dirty_units < n)
+			continue;
+		*first = find_run(seg->dirty_map, n);
+		if (*first < SEG_UNITS)
+			return seg;
+	}
+	for (seg = seg_list; seg && best_clean > 1; seg = seg->next) {
+		unsigned clean, at;
+
+		if (seg->free_units < n)
+			continue;
+		at = find_window(seg, n, &clean);
+		if (at < SEG_UNITS && clean < best_clean) {
+			best = seg;
+			*first = at;
+			best_clean = clean;
+		}
+	}
+	return best;
+}
+
 struct slab *segment_alloc_units(unsigned n, uint8_t kind, bool *zeroed)
 {
 	struct segment *seg, *fresh = NULL;
-	unsigned first;
+	unsigned first = SEG_HDR_UNITS;
 
-	for (;;) {
-		lock_ranked(&seg_lock, RANK_SEG);
-		/* committed runs first: reusing them costs no page faults */
-		for (seg = seg_list; seg; seg = seg->next) {
-			if (seg->dirty_units < n)
-				continue;
-			first = find_run(seg->dirty_map, n);
-			if (first < SEG_UNITS)
-				goto found;
-		}
-		/* else the free run with the fewest clean units, in any segment */
-		struct segment *best = NULL;
-		unsigned best_first = SEG_UNITS, best_clean = n + 1;
-		for (seg = seg_list; seg && best_clean > 1; seg = seg->next) {
-			unsigned clean;
-			if (seg->free_units < n)
-				continue;
-			first = find_window(seg, n, &clean);
-			if (first < SEG_UNITS && clean < best_clean) {
-				best = seg;
-				best_first = first;
-				best_clean = clean;
-			}
-		}
-		if (best) {
-			seg = best;
-			first = best_first;
-			goto found;
-		}
-		if (fresh) {
+	lock_ranked(&seg_lock, RANK_SEG);
+	while (!(seg = find_free_run(n, &first))) {
+		if (fresh) {   /* mapped on the last round: it serves */
 			seg = fresh;
 			fresh = NULL;
 			seg_list_add_new(seg);
 			first = SEG_HDR_UNITS;
-			goto found;
+			break;
 		}
-		unlock_ranked(&seg_lock, RANK_SEG);
 		/* Map outside the lock; another thread may free units meanwhile. */
+		unlock_ranked(&seg_lock, RANK_SEG);
 		fresh = segment_map();
 		if (!fresh)
 			return NULL;
+		lock_ranked(&seg_lock, RANK_SEG);
 	}
-found:;
 	struct slab *head = run_claim(seg, first, n, kind, zeroed);
 
 	unlock_ranked(&seg_lock, RANK_SEG);

@@ -45,6 +45,7 @@
 #define smp_store_release(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
 #define xchg_relaxed(p, v)    __atomic_exchange_n((p), (v), __ATOMIC_RELAXED)
 #define xchg_acquire(p, v)    __atomic_exchange_n((p), (v), __ATOMIC_ACQUIRE)
+#define xchg_acq_rel(p, v)    __atomic_exchange_n((p), (v), __ATOMIC_ACQ_REL)
 /* Any scalar: true on success, else *oldp receives the value seen. */
 #define try_cmpxchg_acq_rel(p, oldp, v) \
 	__atomic_compare_exchange_n((p), (oldp), (v), false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)

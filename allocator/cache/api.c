@@ -55,15 +55,30 @@ USLAB_API size_t uslab_cache_alloc_bulk(struct uslab_cache *cache, size_t n, voi
 	return n;
 }
 
+/* Marks obj's index in seen (objects of one slab, one run of free_bulk):
+ * one marked already is a second free of it in the same run. */
+static void bulk_mark(struct uslab_cache *s, struct slab *slab, void *obj, uint64_t *seen)
+{
+	unsigned k = object_index(s, (uintptr_t)obj - slab->base);
+
+	if (seen[k / 64] >> (k % 64) & 1)
+		uslab_fatal("uslab_cache_free_bulk", obj, "double free");
+	seen[k / 64] |= 1ull << (k % 64);
+}
+
 /*
  * Frees runs of objects that share a slab with one dwcas per run (the
- * kernel's build_detached_freelist idea, limited to adjacent entries).
+ * kernel's build_detached_freelist idea, limited to adjacent entries). An
+ * object twice in one run is reported (it would be counted twice); the
+ * marks are cleared run by run, so seen is zeroed once.
  */
 USLAB_API void uslab_cache_free_bulk(struct uslab_cache *cache, size_t n, void **objs)
 {
 	struct cpu_slab *c = this_cpu_slab(cache);
+	uint64_t seen[(CTR_OBJ_MASK + 64) / 64];
 	size_t i = 0;
 
+	memset(seen, 0, sizeof(seen));
 	while (i < n) {
 		void *obj = objs[i];
 
@@ -75,12 +90,17 @@ USLAB_API void uslab_cache_free_bulk(struct uslab_cache *cache, size_t n, void *
 		struct slab *slab = object_slab(cache, obj, "uslab_cache_free_bulk");
 		void *head = obj, *tail = obj;
 		unsigned cnt = 1;
+		size_t first = i;
 
+		bulk_mark(cache, slab, obj, seen);
 		for (i++; i < n && objs[i] && ptr_to_slab(objs[i]) == slab; i++, cnt++) {
 			object_slab(cache, objs[i], "uslab_cache_free_bulk");
+			bulk_mark(cache, slab, objs[i], seen);
 			fp_set(cache, objs[i], head);
 			head = objs[i];
 		}
+		for (size_t k = first; k < i; k++)   /* the next run starts clear */
+			seen[object_index(cache, (uintptr_t)objs[k] - slab->base) / 64] = 0;
 		c = cpu_slab_get(cache);
 		stat_add(cache, STAT_FREE_REMOTE, cnt);
 		slab_free_chain(cache, c, slab, head, tail, cnt);
@@ -134,11 +154,39 @@ static int cache_id_alloc(int want)
 
 /* The last reference is gone: the cache's memory goes back. The static
  * caches are never destroyed, so never get here. */
+/*
+ * Destroyed caches wait here, dead, before their memory is reused: a
+ * program that destroys a cache twice, or uses a handle after destroy, then
+ * finds a dead cache, not a new one at the same address (destroy says so).
+ */
+#define DEAD_CACHES 64
+static struct uslab_cache *dead_caches[DEAD_CACHES];
+static atomic_long_t dead_next;
+
 void cache_release(struct kref *ref)
 {
 	struct uslab_cache *s = container_of(ref, struct uslab_cache, ref);
+	long slot = atomic_long_inc_return_relaxed(&dead_next) % DEAD_CACHES;
+	/* acq_rel: our writes to s come before its reuse by whoever evicts it;
+	 * the evicted cache's writes before our meta_free of it */
+	struct uslab_cache *old = xchg_acq_rel(&dead_caches[slot], s);
 
-	meta_free(s, sizeof(*s));
+	if (old)
+		meta_free(old, sizeof(*old));
+}
+
+/* s is a cache in the registry (not destroyed, not garbage). */
+static bool cache_is_live(const struct uslab_cache *s)
+{
+	bool live = false;
+
+	lock_rank_acquire(RANK_REGISTRY);
+	qrw_read_lock(&cache_registry);
+	for (struct uslab_cache *c = caches; c && !live; c = c->next)
+		live = c == s;
+	qrw_read_unlock(&cache_registry);
+	lock_rank_release(RANK_REGISTRY);
+	return live;
 }
 
 /* The geometry of a cache of size-byte objects; returns objects per slab. */
@@ -269,6 +317,11 @@ USLAB_API int uslab_cache_destroy(struct uslab_cache *s)
 {
 	if (!s)
 		return -EINVAL;
+	if (!cache_is_live(s)) {
+		fprintf(stderr, "uslab: uslab_cache_destroy(): %p is no live cache (destroyed "
+			"already?); nothing done\n", (void *)s);
+		return -EINVAL;
+	}
 	lock_ranked(&heaps_lock, RANK_HEAPS);
 	flush_all_heaps(s);
 	unlock_ranked(&heaps_lock, RANK_HEAPS);

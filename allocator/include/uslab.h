@@ -61,7 +61,9 @@ void uslab_cache_free_bulk(struct uslab_cache *cache, size_t n, void **objs);
 /* Give the calling thread's cached slabs and all empty slabs back. */
 void uslab_cache_shrink(struct uslab_cache *cache);
 
-/* 0 on success; -EBUSY (cache left intact and usable) when objects are live. */
+/* 0 on success; -EBUSY (cache left intact and usable) when objects are
+ * live; -EINVAL for NULL or a cache destroyed already. Both errors also
+ * print one line on stderr. */
 int uslab_cache_destroy(struct uslab_cache *cache);
 
 /* Walk every slab and recount; prints one line per problem on stderr.

@@ -162,6 +162,8 @@ void *huge_alloc(size_t n, size_t align, bool thp_wanted, bool *zeroed)
 {
 	size_t page = os_page_size();
 	size_t len = round_up(n, page);
+
+	ASSERT(n > 0);   /* a zero length would put the block past its mapping */
 	size_t map_len = len + (align > page ? align - page : 0);
 	unsigned long origin;
 	uintptr_t map;

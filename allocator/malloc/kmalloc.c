@@ -38,6 +38,8 @@ void *malloc_large_or_huge(size_t n, size_t align, bool *zeroed)
 		errno = ENOMEM;
 		return NULL;
 	}
+	if (!n)   /* aligned_alloc(64 KiB, 0): a block of its own, as malloc(0) */
+		n = 1;
 	if (n <= LARGE_MAX && align <= UNIT_SIZE) {
 		void *p;
 		/* a plain malloc (no alignment) may come from the start-up arena */

@@ -11,6 +11,7 @@
 #include "options.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,10 +39,19 @@ long option_values[OPT_COUNT] = {
 };
 const char *option_strings[OPT_COUNT];
 
-static void warn(const char *what, const char *entry)
+/* What each type of value must look like, for the warning. */
+static const char *const expected[] = {
+	[BOOL] = "0 or 1 (also no/yes, off/on, false/true)",
+	[INT] = "a whole number from 0 to 2147483647",
+	[SIZE] = "a byte count, optionally with k, m or g",
+	[STR] = "a non-empty string",
+	[SIGNAL] = "a signal such as USR2, SIGUSR2 or its number",
+};
+
+static void warn(const char *what, const char *entry, const char *why)
 {
-	char buf[256];
-	int n = snprintf(buf, sizeof(buf), "uslab: warning: %s '%s' ignored\n", what, entry);
+	char buf[384];
+	int n = snprintf(buf, sizeof(buf), "uslab: warning: %s '%s' ignored%s\n", what, entry, why);
 
 	if (n > 0 && write(2, buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1) < 0)
 		return;
@@ -106,8 +116,8 @@ static bool parse_value(enum opt_type type, const char *s, long *out)
 		else
 			return false;
 		return true;
-	case INT:
-		return parse_long(s, out, false);
+	case INT:   /* read as unsigned and int by the layers: no more than INT_MAX */
+		return parse_long(s, out, false) && *out <= INT_MAX;
 	case SIZE:
 		return parse_long(s, out, true);
 	case SIGNAL:
@@ -143,7 +153,14 @@ void options_parse_entry(const char *entry)
 			continue;
 		long v = 0;
 		if (!eq || !parse_value(table[i].type, eq + 1, &v)) {
-			warn("bad value in", entry);
+			char why[160];
+
+			if (table[i].type == STR)
+				snprintf(why, sizeof(why), ": expected %s", expected[STR]);
+			else
+				snprintf(why, sizeof(why), ": expected %s; using %ld", expected[table[i].type],
+					 option_values[i]);
+			warn("bad value in", entry, why);
 			return;
 		}
 		if (table[i].type == STR)
@@ -151,7 +168,7 @@ void options_parse_entry(const char *entry)
 		option_values[i] = v;
 		return;
 	}
-	warn("unknown option", entry);
+	warn("unknown option", entry, " (docs/options.md lists them)");
 }
 
 void options_reset(void)

@@ -209,8 +209,12 @@ void slab_unfreeze(struct uslab_cache *s, struct slab *slab, void *head, void *t
 	bool locked = false, partial;
 	unsigned inuse;
 
-	ASSERT(ctr_frozen(old.hi) && ctr_inuse(old.hi) >= n);   /* the owner's, and its chain */
+	ASSERT(ctr_frozen(old.hi));   /* the owner's */
 	for (;;) {
+		/* more objects given back than the word counts in use: one of
+		 * them was freed twice (its chain holds it twice) */
+		if (unlikely(ctr_inuse(old.hi) < n))
+			uslab_fatal("free", head, "double free");
 		if (tail)
 			fp_set(s, tail, (void *)old.lo);
 		inuse = ctr_inuse(old.hi) - n;

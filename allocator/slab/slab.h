@@ -203,6 +203,13 @@ static inline bool object_offset_valid(uint64_t magic, uint64_t limit, uintptr_t
 	return off * magic < limit;
 }
 
+/* The index of the object at a valid offset: off * magic = k * 2^64 + k * e
+ * with k * e < 2^64, so the high word is k. */
+static inline unsigned object_index(const struct uslab_cache *s, uintptr_t off)
+{
+	return (unsigned)(((unsigned __int128)off * s->obj_magic) >> 64);
+}
+
 /* ---- owner fields (docs/slab.md: ownership) ----------------------------------------- */
 
 static inline void slab_clear_owner(struct slab *slab)

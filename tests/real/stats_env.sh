@@ -205,8 +205,8 @@ warns() {
 	fi
 }
 warns "USLAB_FOO=1: one warning line, program works" \
-	"uslab: warning: unknown option 'USLAB_FOO=1' ignored" USLAB_FOO=1
+	"uslab: warning: unknown option 'USLAB_FOO=1' ignored (docs/options.md lists them)" USLAB_FOO=1
 warns "USLAB_DECAY_MS=soon: one warning line, program works" \
-	"uslab: warning: bad value in 'USLAB_DECAY_MS=soon' ignored" USLAB_DECAY_MS=soon
+	"uslab: warning: bad value in 'USLAB_DECAY_MS=soon' ignored: expected a whole number from 0 to 2147483647; using 500" USLAB_DECAY_MS=soon
 warns "USLAB_TEST_X, USLAB_STRESS_X, USLAB_BENCH_X, USLAB_LIB: silent" "" \
 	USLAB_TEST_X=1 USLAB_STRESS_X=2 USLAB_BENCH_X=3 USLAB_LIB="$USLAB_LIB"

@@ -122,6 +122,7 @@ static void test_good_values(void)
 	/* INT */
 	expect_good("USLAB_DECAY_MS=0", OPT_DECAY_MS, 0);
 	expect_good("USLAB_DECAY_MS=250", OPT_DECAY_MS, 250);
+	expect_good("USLAB_DECAY_MS=2147483647", OPT_DECAY_MS, 2147483647);   /* INT_MAX: the top */
 	expect_good("USLAB_DECAY_MS=86400000", OPT_DECAY_MS, 86400000);
 	expect_good("USLAB_RESERVE_SEGMENTS=0", OPT_RESERVE_SEGMENTS, 0);
 	expect_good("USLAB_RESERVE_SEGMENTS=7", OPT_RESERVE_SEGMENTS, 7);
@@ -222,6 +223,10 @@ static void test_bad_values(void)
 	expect_bad("USLAB_DECAY_MS=99999999999999999999999");
 	expect_bad("USLAB_RESERVE_SEGMENTS=-3");
 	expect_bad("USLAB_CPU_PARTIAL=lots");
+	/* above INT_MAX: the layers read INT options as int or unsigned, where
+	 * 4294967296 would become 0 */
+	expect_bad("USLAB_CPU_PARTIAL=4294967296");
+	expect_bad("USLAB_RESERVE_SEGMENTS=2147483648");
 
 	/* SIZE: a suffix alone, two suffixes, unknown suffix, negative, overflow */
 	expect_bad("USLAB_DIRTY_MAX=-1");
@@ -433,9 +438,10 @@ static void test_environment(void)
 	}
 	/* exactly two warnings, one per offending entry, in environment order */
 	CHECK_EQ(count_lines(err), 2);
-	CHECK(strstr(err, "uslab: warning: bad value in 'USLAB_RESERVE_SEGMENTS=-1' ignored\n") ==
-	      err);
-	CHECK(strstr(err, "uslab: warning: unknown option 'USLAB_FOO=1' ignored\n") != NULL);
+	CHECK(strstr(err, "uslab: warning: bad value in 'USLAB_RESERVE_SEGMENTS=-1' ignored: "
+			  "expected a whole number from 0 to 2147483647; using 1\n") == err);
+	CHECK(strstr(err, "uslab: warning: unknown option 'USLAB_FOO=1' ignored (docs/options.md "
+			  "lists them)\n") != NULL);
 	if (test_failures != before)
 		fprintf(stderr, "child stdout:\n%schild stderr:\n%s", out, err);
 }

@@ -166,6 +166,7 @@ static atomic_long_t dead_next;
 void cache_release(struct kref *ref)
 {
 	struct uslab_cache *s = container_of(ref, struct uslab_cache, ref);
+	/* relaxed: a slot number, it orders nothing (the xchg does) */
 	long slot = atomic_long_inc_return_relaxed(&dead_next) % DEAD_CACHES;
 	/* acq_rel: our writes to s come before its reuse by whoever evicts it;
 	 * the evicted cache's writes before our meta_free of it */

@@ -35,6 +35,8 @@ static struct remote_msg *msg_get(struct thread_heap *h)
 {
 	struct remote_msg *m = h->msg_pool;
 
+	/* acquire (mailbox_take): pairs with the release of msg_put's post,
+	 * so the receiver's last reads of m are done */
 	if (!m && mailbox_peek(&h->msg_returns))
 		m = (struct remote_msg *)mailbox_take(&h->msg_returns);
 	if (!m)
@@ -53,7 +55,7 @@ static void msg_put(struct thread_heap *h, struct remote_msg *m)
 		h->msg_pool = m;
 		return;
 	}
-	mailbox_post(&m->from->msg_returns, &m->node);
+	mailbox_post(&m->from->msg_returns, &m->node);   /* release: see msg_get */
 }
 
 /* Objects of m not taken by owner h (NULL: none) go home by dwcas, runs of
@@ -133,6 +135,7 @@ void inbox_drain(struct thread_heap *h, unsigned id, bool close)
 {
 	struct mailbox *box = heap_inbox(h, id);
 
+	/* acquire (take or close): pairs with each sender's release in msg_send */
 	msgs_free((struct remote_msg *)(close ? mailbox_close(box) : mailbox_take(box)), h);
 }
 

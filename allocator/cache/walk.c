@@ -322,6 +322,8 @@ void caches_for_each_report(void (*fn)(const struct cache_report *, void *), voi
 	lock_rank_acquire(RANK_REGISTRY);
 	qrw_read_lock(&cache_registry);
 	for (struct uslab_cache *s = caches; s && n < cap; s = s->next)
+		/* kref.h: the get pairs with the final put's release, after
+		 * which cache_release may reuse s */
 		if (s->objects && kref_get_unless_zero(&s->ref))
 			list[n++] = s;
 	qrw_read_unlock(&cache_registry);

@@ -21,6 +21,8 @@ static void *large_alloc(size_t n, bool *zeroed)
 	if (head) {   /* a run this thread freed: committed, not zero */
 		if (zeroed)
 			*zeroed = false;
+		/* release: pairs with the acq_rel claim in free_nonsmall, which
+		 * may run in whichever thread frees the block */
 		smp_store_release(&head->kind, SLAB_KIND_LARGE);
 		return (void *)head->base;
 	}
@@ -86,7 +88,9 @@ void free_nonsmall(void *p, struct slab *slab, const char *call)
 
 		if ((uintptr_t)p != slab->base)
 			free_invalid(p, call);
-		/* claim the block: a second free of it finds the kind changed */
+		/* claim the block: a second free of it finds the kind changed.
+		 * acq_rel: acquires the release that handed the run out
+		 * (large_alloc) and releases this free to a racing second one */
 		if (!try_cmpxchg_acq_rel(&slab->kind, &kind, SLAB_KIND_TAIL))
 			uslab_fatal(call, p, kind == SLAB_KIND_TAIL ? "double free" : "invalid pointer");
 		if (!rc || !run_cache_put(rc, slab))   /* kept runs stay marked TAIL: freed */

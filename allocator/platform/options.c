@@ -183,6 +183,7 @@ void options_init(void)
 {
 	static int done;
 
+	/* acquire: pairs with the release below, so the values are read whole */
 	if (smp_load_acquire(&done))
 		return;
 	static spinlock_t lock = SPINLOCK_INIT;
@@ -191,7 +192,7 @@ void options_init(void)
 		for (char **e = environ; e && *e; e++)
 			if (strncmp(*e, "USLAB_", 6) == 0)
 				options_parse_entry(*e);
-		smp_store_release(&done, 1);
+		smp_store_release(&done, 1);   /* release: after every value (above) */
 	}
 	unlock_ranked(&lock, RANK_OPTIONS);
 }

@@ -291,6 +291,8 @@ static struct slab *run_claim(struct segment *seg, unsigned first, unsigned n, u
 {
 	struct slab *head = &seg->desc[first];
 
+	/* acquire (biased.h), under seg_lock like every change of users; the
+	 * lock orders them, the biased word is the cross-check */
 	if (unlikely(!biased_try_get(&seg->users)))
 		uslab_fatal("malloc", seg, "internal error: run from a segment being released");
 	units_take(seg, first, n, zeroed);

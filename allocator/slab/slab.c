@@ -3,6 +3,13 @@
  * slab.c - struct slab, its coupled word, freeze/unfreeze and the partial
  * lists. The states and the locking rule are at the top of slab.h; the
  * table of every transition, and why no object is lost, in docs/slab.md.
+ *
+ * Ordering: every change of the word is a dwcas_try_cmpxchg, acquire and
+ * release (dwcas.h). A push's release publishes the links it wrote into
+ * its chain (fp_set before the CAS) to whoever takes the freelist next: the
+ * acquire of slab_take_freelist's or partial_take's CAS, or of a later
+ * push's CAS (which links to the chain as its prior). dwcas_read is only a
+ * snapshot for the first attempt; the CAS validates it.
  */
 #include "slab.h"
 

@@ -548,7 +548,7 @@ static inline int test_require_uslab(void)
 		return on;
 	}
 	if (!on) {
-		fprintf(stderr, "this test must run with LD_PRELOAD=libuslab.so\n");
+		fprintf(stderr, "this test must run with LD_PRELOAD=libuslab-malloc.so\n");
 		exit(1);
 	}
 	return 1;

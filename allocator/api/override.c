@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * override.c - the standard malloc names (built into libuslab.so when
+ * override.c - the standard malloc names (built into libuslab-malloc.so when
  * USLAB_OVERRIDE is on) and glibc's __libc_ aliases, so memory never
  * crosses allocators. (The fork handlers are process.c's.)
  *

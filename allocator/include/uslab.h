@@ -4,7 +4,9 @@
  *
  * Object caches hand out objects of one size from slabs; the per-thread fast
  * path takes and returns objects without any atomic instruction. All functions
- * are thread-safe. Link with -luslab (pkg-config uslab, CMake uslab::uslab).
+ * are thread-safe. Link with -luslab (pkg-config uslab, CMake uslab::uslab):
+ * the program keeps its malloc. -luslab-malloc (pkg-config uslab-malloc,
+ * CMake uslab::malloc, or LD_PRELOAD) also makes uslab its malloc.
  */
 #ifndef USLAB_H
 #define USLAB_H
@@ -89,8 +91,8 @@ struct uslab_cache_info {
 int uslab_cache_info(struct uslab_cache *cache, struct uslab_cache_info *info);
 
 /* ---- the malloc family ---------------------------------------------------
- * Always available under these names, whether or not libuslab.so also
- * exports the standard names (the USLAB_OVERRIDE build, the default).
+ * Always available under these names, from either library; only
+ * libuslab-malloc.so also exports the standard names.
  * Semantics are glibc's; see docs/malloc.md.
  */
 void  *uslab_malloc(size_t size);

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * malloc_api.c - conformance of every malloc-family function under
- * LD_PRELOAD=libuslab.so: the standard names, C23 free_sized and
+ * LD_PRELOAD=libuslab-malloc.so: the standard names, C23 free_sized and
  * free_aligned_sized, and glibc's __libc_ names.
  *
  * Edge cases: malloc(0), free(NULL), overflow and too-large sizes (NULL +

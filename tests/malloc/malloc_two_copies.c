@@ -2,9 +2,9 @@
 /*
  * malloc_two_copies.c - a program that links libuslab.a for the object-cache
  * API, exports its symbols (-rdynamic, as programs with plugins are linked),
- * and runs with LD_PRELOAD=libuslab.so for malloc: two copies of uslab in one
+ * and runs with LD_PRELOAD=libuslab-malloc.so for malloc: two copies of uslab in one
  * process. Each must keep its own per-thread heap pointer and its own
- * functions. Before libuslab.so bound its own references (-Bsymbolic), the
+ * functions. Before the library bound its own references (-Bsymbolic), the
  * preloaded copy resolved uslab_tls_heap_ and the uslab_ functions that
  * realloc, calloc, posix_memalign... call to this program's copy: its malloc
  * then ran on the static copy's heaps (or aborted with "invalid pointer"),

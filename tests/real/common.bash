@@ -113,7 +113,7 @@ real_init() {
 	local what=${2:-}
 	trap _real_exit EXIT
 	[ -n "${USLAB_LIB:-}" ] ||
-		real_die "USLAB_LIB is not set (ctest sets it to the path of libuslab.so)"
+		real_die "USLAB_LIB is not set (ctest sets it to the path of libuslab-malloc.so)"
 	[ -f "$USLAB_LIB" ] ||
 		real_die "USLAB_LIB=$USLAB_LIB does not exist (build the 'uslab' target first)"
 	USLAB_LIB=$(readlink -f "$USLAB_LIB")

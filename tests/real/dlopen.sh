@@ -4,7 +4,7 @@
 # initial-exec TLS (one pointer), the plugin's caches and uslab_malloc work,
 # and the host's own malloc keeps working (RTLD_LOCAL: it stays glibc's).
 set -euo pipefail
-: "${USLAB_LIB:?USLAB_LIB must name the built libuslab.so}"
+: "${USLAB_LIB:?USLAB_LIB must name the built libuslab-malloc.so}"
 libdir=$(dirname "$USLAB_LIB")
 inc=$(cd "$libdir/../.." && pwd)/allocator/include
 [ -f "$inc/uslab.h" ] || inc=$(cd "$(dirname "$0")/../../allocator/include" && pwd)

@@ -4,10 +4,11 @@
 # not the build tree's; bin/uslabinfo --help), the man pages (man -l renders
 # each without a warning), the licence, and the linked API: a program built
 # against it with pkg-config and one with CMake's find_package(uslab) ->
-# uslab::uslab; both run and use a cache and malloc.
+# uslab::uslab; both run and use a cache and malloc, and keep the C library's
+# malloc, while uslab-malloc (pkg-config) and uslab::malloc replace it.
 # The build tree is the one that produced $USLAB_LIB.
 set -euo pipefail
-: "${USLAB_LIB:?USLAB_LIB must name the built libuslab.so}"
+: "${USLAB_LIB:?USLAB_LIB must name the built libuslab-malloc.so}"
 build=$(cd "$(dirname "$USLAB_LIB")/.." && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -15,7 +16,8 @@ fail() { echo "FAIL: install: $*"; exit 1; }
 
 echo "== cmake --install $build --prefix $tmp/prefix"
 cmake --install "$build" --prefix "$tmp/prefix" >"$tmp/install.log" 2>&1 || { cat "$tmp/install.log"; fail "cmake --install"; }
-for f in include/uslab.h lib/libuslab.so lib/libuslab.a lib/pkgconfig/uslab.pc lib/cmake/uslab/uslabConfig.cmake \
+for f in include/uslab.h lib/libuslab.so lib/libuslab.a lib/libuslab-malloc.so lib/pkgconfig/uslab.pc \
+	lib/pkgconfig/uslab-malloc.pc lib/cmake/uslab/uslabConfig.cmake \
 	bin/uslab bin/uslabinfo share/man/man1/uslab.1 share/man/man1/uslabinfo.1 share/man/man3/uslab.3 \
 	share/doc/uslab/LICENSE; do
 	[ -e "$tmp/prefix/$f" ] || fail "missing $f after install"
@@ -28,7 +30,7 @@ maps='print(sorted({l.split()[-1] for l in open("/proc/self/maps") if "libuslab"
 if command -v python3 >/dev/null; then
 	out=$(cd "$tmp" && env -u USLAB_LIB -u LD_PRELOAD "$tmp/prefix/bin/uslab" run -- python3 -c "$maps") ||
 		fail "installed uslab run -- python3 failed"
-	[[ "$out" == *"'$tmp/prefix/lib/libuslab.so"* ]] ||
+	[[ "$out" == *"'$tmp/prefix/lib/libuslab-malloc.so"* ]] ||
 		fail "installed uslab run -- python3 did not run under the installed library: maps $out"
 	echo "uslab run -- python3: $out"
 	env -u USLAB_LIB "$tmp/prefix/bin/uslabinfo" --help | grep -q '^usage: uslabinfo' ||
@@ -53,13 +55,24 @@ else
 	echo "man is not installed: the man pages not rendered"
 fi
 
+# The consumer says whose malloc the process has: the API library must
+# leave the C library's in place, the drop-in must replace it.
 cat >"$tmp/consumer.c" <<'EOC'
+#define _GNU_SOURCE
 #include <uslab.h>
+#include <dlfcn.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 struct point { double x, y; };
 int main(void)
 {
+	Dl_info where;
+	if (!dladdr(dlsym(RTLD_DEFAULT, "malloc"), &where) || !where.dli_fname)
+		return 3;
+	const char *base = strrchr(where.dli_fname, '/');
+	printf("malloc from %s\n", base ? base + 1 : where.dli_fname);
+	free(malloc(1));
 	struct uslab_cache *c = uslab_cache_create("points", sizeof(struct point), 0, 0, NULL);
 	struct point *p = uslab_cache_alloc(c);
 	char *s = uslab_malloc(32);
@@ -81,8 +94,15 @@ if command -v pkg-config >/dev/null; then
 	export PKG_CONFIG_PATH="$tmp/prefix/lib/pkgconfig"
 	# shellcheck disable=SC2046
 	cc -O2 -o "$tmp/pc" "$tmp/consumer.c" $(pkg-config --cflags --libs uslab) -Wl,-rpath,"$tmp/prefix/lib" \
-		|| fail "build with pkg-config"
-	"$tmp/pc" || fail "the pkg-config build does not run"
+		-ldl || fail "build with pkg-config"
+	out=$("$tmp/pc") || fail "the pkg-config build does not run"
+	[[ "$out" == *"malloc from libc.so"* ]] || fail "pkg-config uslab replaced the process's malloc: $out"
+	# shellcheck disable=SC2046
+	cc -O2 -o "$tmp/pcm" "$tmp/consumer.c" $(pkg-config --cflags --libs uslab-malloc) \
+		-Wl,-rpath,"$tmp/prefix/lib" -ldl || fail "build with pkg-config uslab-malloc"
+	out=$("$tmp/pcm") || fail "the pkg-config uslab-malloc build does not run"
+	[[ "$out" == *"malloc from libuslab-malloc.so"* ]] ||
+		fail "pkg-config uslab-malloc did not replace the process's malloc: $out"
 	pc=pkg-config
 else
 	echo "pkg-config is not installed: the pkg-config consumer not built"
@@ -97,10 +117,15 @@ cmake_minimum_required(VERSION 3.25)
 project(consumer C)
 find_package(uslab REQUIRED)
 add_executable(consumer consumer.c)
-target_link_libraries(consumer PRIVATE uslab::uslab)
+target_link_libraries(consumer PRIVATE uslab::uslab ${CMAKE_DL_LIBS})
+add_executable(dropin consumer.c)
+target_link_libraries(dropin PRIVATE uslab::malloc ${CMAKE_DL_LIBS})
 EOC
 cmake -S "$tmp/proj" -B "$tmp/proj/build" -DCMAKE_PREFIX_PATH="$tmp/prefix" \
 	-DCMAKE_BUILD_RPATH="$tmp/prefix/lib" >"$tmp/cmake.log" 2>&1 || { cat "$tmp/cmake.log"; fail "configure with find_package"; }
 cmake --build "$tmp/proj/build" >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log"; fail "build with find_package"; }
-"$tmp/proj/build/consumer" || fail "the find_package build does not run"
+out=$("$tmp/proj/build/consumer") || fail "the find_package build does not run"
+[[ "$out" == *"malloc from libc.so"* ]] || fail "uslab::uslab replaced the process's malloc: $out"
+out=$("$tmp/proj/build/dropin") || fail "the find_package uslab::malloc build does not run"
+[[ "$out" == *"malloc from libuslab-malloc.so"* ]] || fail "uslab::malloc did not replace malloc: $out"
 echo "PASS: install (commands, man pages, licence; $pc and find_package consumers run)"

@@ -7,12 +7,12 @@
 # extracted library.
 #
 # cpack in a build tree first builds its `all` target (preinstall), which
-# would relink libuslab.so under the tests running beside this one if a
+# would relink the libraries under the tests running beside this one if a
 # source changed since the build. So the tree is installed with
 # `cmake --install` (which never builds) into a staging directory, and cpack
 # packages that directory under /usr, as it would its own install.
 set -euo pipefail
-: "${USLAB_LIB:?USLAB_LIB must name the built libuslab.so}"
+: "${USLAB_LIB:?USLAB_LIB must name the built libuslab-malloc.so}"
 build=$(cd "$(dirname "$USLAB_LIB")/.." && pwd)
 for t in cpack dpkg-deb python3; do
 	command -v "$t" >/dev/null || { echo "SKIP: package: '$t' is not installed"; exit 0; }
@@ -46,6 +46,8 @@ for f in ./usr/bin/uslab ./usr/bin/uslabinfo ./usr/include/uslab.h ./usr/share/d
 	grep -qxF "$f" "$tmp/contents" || fail "the package lacks $f"
 done
 grep -qE '^\./usr/lib/(.*/)?libuslab\.so\.[0-9.]+$' "$tmp/contents" || fail "the package lacks libuslab.so"
+grep -qE '^\./usr/lib/(.*/)?libuslab-malloc\.so\.[0-9.]+$' "$tmp/contents" ||
+	fail "the package lacks libuslab-malloc.so"
 grep -qE '^\./usr/lib/(.*/)?pkgconfig/uslab\.pc$' "$tmp/contents" || fail "the package lacks uslab.pc"
 echo "$(wc -l <"$tmp/contents") entries, the expected files among them"
 for field in Package Version Maintainer Depends Description; do
@@ -62,6 +64,6 @@ out=$(cd "$tmp" && env -u USLAB_LIB -u LD_PRELOAD "$tmp/root/usr/bin/uslab" run 
 [ "$out" = 1 ] || fail "the extracted uslab run -- python3 -c 'print(1)' printed '$out'"
 maps=$(cd "$tmp" && env -u USLAB_LIB "$tmp/root/usr/bin/uslab" run -- python3 -c \
 	'print(sorted({l.split()[-1] for l in open("/proc/self/maps") if "libuslab" in l}))')
-[[ "$maps" == *"'$tmp/root/usr/lib/"*libuslab.so* ]] || fail "not run under the extracted library: $maps"
+[[ "$maps" == *"'$tmp/root/usr/lib/"*libuslab-malloc.so* ]] || fail "not run under the extracted library: $maps"
 echo "uslab run -- python3 -c 'print(1)': $out, under $maps"
 echo "PASS: package ($(basename "$deb"): contents, control fields, the extracted uslab runs python3)"

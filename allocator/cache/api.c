@@ -243,7 +243,7 @@ int cache_setup(struct uslab_cache *s, const char *name, size_t size, size_t ali
 	options_init();
 	s->flags = flags;
 	uint32_t objects = cache_geometry(s, size, align, ctor);
-	spin_lock_init(&s->list_lock);
+	mutex_init(&s->list_lock);
 	name_copy(s->name, sizeof(s->name), name ? name : "unnamed");
 
 	kref_init(&s->ref);

@@ -101,7 +101,7 @@ struct thread_heap {
 	/* held by its thread while it flushes (exit, uslab_thread_flush,
 	 * shrink), and by destroy, validate and fork while they read or flush
 	 * its cpu slabs and messages; a thread's fast and slow paths take none */
-	spinlock_t lock;
+	mutex_t lock;
 	struct cpu_slab cpu[MAX_CACHES]      /* ids below STATIC_IDS: malloc's classes */
 		__attribute__((aligned(CACHE_LINE)));
 	/*

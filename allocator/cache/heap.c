@@ -15,7 +15,7 @@
 
 #include <pthread.h>
 
-spinlock_t heaps_lock = SPINLOCK_INIT;
+mutex_t heaps_lock = MUTEX_INIT;
 struct thread_heap *heaps;
 static pthread_key_t heap_key;
 static pthread_once_t heap_key_once = PTHREAD_ONCE_INIT;

@@ -17,7 +17,7 @@
 #pragma GCC visibility push(hidden)
 
 /* heap.c: every heap ever made (heaps live for good), under heaps_lock */
-extern spinlock_t heaps_lock;
+extern mutex_t heaps_lock;
 extern struct thread_heap *heaps;
 void heaps_lock_each(void);                  /* heaps_lock held: every heap's lock */
 void heaps_unlock_each(bool child);

@@ -54,7 +54,7 @@ static uint32_t arena_cut;          /* bytes cut so far: blocks are below */
 static uint32_t arena_allocs;       /* blocks handed out, reuse included */
 static size_t arena_live;           /* bytes in live blocks */
 static uintptr_t arena_thread;      /* thread_self() of the one thread it serves */
-static spinlock_t arena_lock = SPINLOCK_INIT;
+static mutex_t arena_lock = MUTEX_INIT;
 FORK_LOCK(arena_lock, RANK_ARENA);
 bool kmalloc_arena_on = true;       /* read without the lock: it only goes off */
 

@@ -123,7 +123,7 @@ static unsigned startup_class(unsigned c)
 	return size_class(p);
 }
 
-static spinlock_t kmalloc_init_lock = SPINLOCK_INIT;
+static mutex_t kmalloc_init_lock = MUTEX_INIT;
 FORK_LOCK(kmalloc_init_lock, RANK_KMALLOC_INIT);
 
 /* From here on every class is set up on its first use (start-up classes). */

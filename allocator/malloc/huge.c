@@ -21,7 +21,7 @@ struct huge {
 	unsigned long origin;  /* see huge_cache: ranges of one mapping share it */
 };
 
-static spinlock_t huge_lock = SPINLOCK_INIT;
+static mutex_t huge_lock = MUTEX_INIT;
 FORK_LOCK(huge_lock, RANK_HUGE);
 static struct huge *huge_tab;
 static size_t huge_cap, huge_used, huge_tomb;

@@ -186,7 +186,7 @@ void options_init(void)
 	/* acquire: pairs with the release below, so the values are read whole */
 	if (smp_load_acquire(&done))
 		return;
-	static spinlock_t lock = SPINLOCK_INIT;
+	static mutex_t lock = MUTEX_INIT;
 	lock_ranked(&lock, RANK_OPTIONS);
 	if (!done) {
 		for (char **e = environ; e && *e; e++)

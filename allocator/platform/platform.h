@@ -20,6 +20,7 @@
 #include "dwcas.h"
 #include "kref.h"
 #include "mailbox.h"
+#include "mutex.h"
 #include "qrwlock.h"
 #include "spinlock.h"
 
@@ -79,7 +80,9 @@ noinline cold __attribute__((noreturn)) void uslab_fatal(const char *call, const
  * Every allocator lock has a rank; a thread takes locks in rising rank only
  * (equal ranks: the walks that take every heap's or every cache's lock in
  * list order). Checked by lock_ranked()/unlock_ranked() when USLAB_ASSERTS
- * >= 1; in a release build they are spin_lock/spin_unlock. Outer first:
+ * >= 1; in a release build they are mutex_lock/mutex_unlock. Every
+ * allocator lock is a mutex_t (atomic/mutex.h: not FIFO, waiters sleep), so
+ * a preempted waiter never holds the others up. Outer first:
  */
 enum lock_rank {
 	RANK_KMALLOC_INIT = 1,   /* malloc/: one class set up at a time */
@@ -103,22 +106,22 @@ static inline void lock_rank_acquire(enum lock_rank r) { (void)r; }
 static inline void lock_rank_release(enum lock_rank r) { (void)r; }
 #endif
 
-static inline void lock_ranked(spinlock_t *l, enum lock_rank r)
+static inline void lock_ranked(mutex_t *l, enum lock_rank r)
 {
 	lock_rank_acquire(r);
-	spin_lock(l);
+	mutex_lock(l);
 }
 
-static inline void unlock_ranked(spinlock_t *l, enum lock_rank r)
+static inline void unlock_ranked(mutex_t *l, enum lock_rank r)
 {
-	spin_unlock(l);
+	mutex_unlock(l);
 	lock_rank_release(r);
 }
 
 /* fork handlers: the parent unlocks, the child re-initialises */
-static inline void unlock_ranked_fork(spinlock_t *l, enum lock_rank r, bool child)
+static inline void unlock_ranked_fork(mutex_t *l, enum lock_rank r, bool child)
 {
-	spin_unlock_fork(l, child);
+	mutex_unlock_fork(l, child);
 	lock_rank_release(r);
 }
 
@@ -130,7 +133,7 @@ static inline void unlock_ranked_fork(spinlock_t *l, enum lock_rank r, bool chil
  * lets go of them and the child re-initialises them.
  */
 struct fork_lock {
-	spinlock_t *lock;
+	mutex_t *lock;
 	enum lock_rank rank;
 };
 #define FORK_LOCK(l, r)                                                                    \

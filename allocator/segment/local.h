@@ -13,7 +13,7 @@
 
 /* seg_lock protects the segment list, every segment's unit maps and counts,
  * and the totals below (written under it, peeked at without it). */
-extern spinlock_t seg_lock;
+extern mutex_t seg_lock;
 extern struct segment *seg_list;
 extern size_t clean_free_units;    /* free units that hold no memory */
 extern size_t dirty_free_units;    /* free units still committed */

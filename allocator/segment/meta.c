@@ -7,7 +7,7 @@
 
 #include <string.h>
 
-static spinlock_t meta_lock = SPINLOCK_INIT;
+static mutex_t meta_lock = MUTEX_INIT;
 FORK_LOCK(meta_lock, RANK_META);
 
 #define META_BLOCK   (64ul << 10)

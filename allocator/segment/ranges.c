@@ -28,7 +28,7 @@ static struct range {
 	uint64_t freed_ms;
 } ranges[RANGE_SLOTS];
 static size_t range_bytes;
-static spinlock_t range_lock = SPINLOCK_INIT;
+static mutex_t range_lock = MUTEX_INIT;
 FORK_LOCK(range_lock, RANK_RANGES);
 static atomic_long_t range_origins;
 

@@ -23,7 +23,7 @@
 #include <stdio.h>
 #include <string.h>
 
-spinlock_t seg_lock = SPINLOCK_INIT;
+mutex_t seg_lock = MUTEX_INIT;
 FORK_LOCK(seg_lock, RANK_SEG);
 struct segment *seg_list;
 size_t clean_free_units;

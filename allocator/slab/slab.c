@@ -22,7 +22,7 @@ __thread char *tls_stat_rows __attribute__((tls_model("initial-exec")));
 
 static void add_partial(struct uslab_cache *s, struct slab *slab)
 {
-	ASSERT(spin_is_locked(&s->list_lock) && !slab->on_partial);
+	ASSERT(mutex_is_locked(&s->list_lock) && !slab->on_partial);
 	ASSERT(!ctr_frozen(dwcas_read(&slab->xword).hi));
 	slab->prev = NULL;
 	slab->next = s->partial;
@@ -35,7 +35,7 @@ static void add_partial(struct uslab_cache *s, struct slab *slab)
 
 static void remove_partial(struct uslab_cache *s, struct slab *slab)
 {
-	ASSERT(spin_is_locked(&s->list_lock) && slab->on_partial);
+	ASSERT(mutex_is_locked(&s->list_lock) && slab->on_partial);
 	if (slab->prev)
 		slab->prev->next = slab->next;
 	else
@@ -171,7 +171,7 @@ void *slab_take_freelist(struct uslab_cache *s, struct slab *slab, bool freeze, 
 	dword_t old = dwcas_read(&slab->xword), nw;
 
 	/* the owner's take of its frozen slab, or a freeze under list_lock */
-	ASSERT(freeze ? spin_is_locked(&s->list_lock) : ctr_frozen(old.hi));
+	ASSERT(freeze ? mutex_is_locked(&s->list_lock) : ctr_frozen(old.hi));
 	for (;;) {
 		if (!old.lo && !freeze) {
 			*count = 0;

@@ -126,7 +126,7 @@ struct uslab_cache {
 	unsigned cpu_partial;          /* frozen slabs a thread may hold back */
 	void (*ctor)(void *);
 
-	spinlock_t list_lock __attribute__((aligned(CACHE_LINE)));
+	mutex_t list_lock __attribute__((aligned(CACHE_LINE)));
 	struct slab *partial;          /* doubly linked, under list_lock */
 	unsigned long nr_partial;
 

@@ -5,6 +5,7 @@
  *
  *   BM_spin_ticket      spinlock.h   ticket lock, one 32-bit word
  *   BM_spin_queued      qspinlock.h  queued (MCS) lock, one 32-bit word
+ *   BM_mutex_futex      mutex.h      the allocator's lock: not FIFO, waiters sleep
  *   BM_pthread_mutex                 glibc's default mutex
  *
  * and the reader-writer locks on a read-mostly load (one write per
@@ -20,6 +21,7 @@
 #include "bench.h"
 
 #include "atomic.h"
+#include "mutex.h"
 #include "qrwlock.h"
 #include "qspinlock.h"
 #include "spinlock.h"
@@ -37,6 +39,11 @@ static struct {
 	_Alignas(64) qspinlock_t lock;
 	long count;
 } queued = { .lock = QSPINLOCK_INIT };
+
+static struct {
+	_Alignas(64) mutex_t lock;
+	long count;
+} sleeping = { .lock = MUTEX_INIT };
 
 static struct {
 	_Alignas(64) pthread_mutex_t lock;
@@ -107,6 +114,21 @@ BENCH(BM_spin_queued, BENCH_THREADS(1, 2), .real_time = true)
 		qspin_unlock(&queued.lock);
 	}
 	finish(state, queued.count, bench_iterations(state), handoffs);
+}
+
+BENCH(BM_mutex_futex, BENCH_THREADS(1, 2), .real_time = true)
+{
+	int64_t handoffs = 0;
+	long mine = 0;
+
+	reset(state, &sleeping.count);
+	while (bench_keep_running(state)) {
+		mutex_lock(&sleeping.lock);
+		handoffs += sleeping.count != mine;
+		mine = ++sleeping.count;
+		mutex_unlock(&sleeping.lock);
+	}
+	finish(state, sleeping.count, bench_iterations(state), handoffs);
 }
 
 BENCH(BM_pthread_mutex, BENCH_THREADS(1, 2), .real_time = true)

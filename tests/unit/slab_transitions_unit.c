@@ -194,9 +194,9 @@ static void make_dry_full(struct uslab_cache *c)
 
 static unsigned long nr_partial(struct uslab_cache *c)
 {
-	spin_lock(&c->list_lock);
+	lock_ranked(&c->list_lock, RANK_LIST);
 	unsigned long n = c->nr_partial;
-	spin_unlock(&c->list_lock);
+	unlock_ranked(&c->list_lock, RANK_LIST);
 	return n;
 }
 

@@ -15,6 +15,8 @@
 #include "options.h"
 
 #include <pthread.h>
+#include <stdio.h>
+#include <unistd.h>
 
 /*
  * A process that never made a thread (glibc's __libc_single_threaded) has no
@@ -78,10 +80,26 @@ static void fork_child(void)
 	fork_release(true);
 }
 
+static void verbose_line(const char *line, void *arg)
+{
+	(void)arg;
+	fprintf(stderr, "uslab: %s\n", line);
+}
+
+/* USLAB_VERBOSE=1: what this process runs with, before it allocates. */
+static void verbose_report(void)
+{
+	fprintf(stderr, "uslab: version %d.%d, pid %d, double-width CAS: %s\n", USLAB_VERSION_MAJOR,
+		USLAB_VERSION_MINOR, (int)getpid(), dwcas_path_name());
+	options_report(verbose_line, NULL);
+}
+
 __attribute__((constructor)) static void uslab_process_init(void)
 {
 	options_init();
 	dwcas_init();
+	if (option(OPT_VERBOSE))
+		verbose_report();
 	stats_init();
 	pthread_atfork(fork_prepare, fork_parent, fork_child);
 }

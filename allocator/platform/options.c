@@ -38,6 +38,7 @@ long option_values[OPT_COUNT] = {
 #undef X
 };
 const char *option_strings[OPT_COUNT];
+static bool option_from_env[OPT_COUNT];
 
 /* What each type of value must look like, for the warning. */
 static const char *const expected[] = {
@@ -166,6 +167,7 @@ void options_parse_entry(const char *entry)
 		if (table[i].type == STR)
 			option_strings[i] = eq + 1;
 		option_values[i] = v;
+		option_from_env[i] = true;
 		return;
 	}
 	warn("unknown option", entry, " (docs/options.md lists them)");
@@ -176,6 +178,7 @@ void options_reset(void)
 	for (int i = 0; i < OPT_COUNT; i++) {
 		option_values[i] = table[i].dflt;
 		option_strings[i] = NULL;
+		option_from_env[i] = false;
 	}
 }
 
@@ -195,4 +198,20 @@ void options_init(void)
 		smp_store_release(&done, 1);   /* release: after every value (above) */
 	}
 	unlock_ranked(&lock, RANK_OPTIONS);
+}
+
+void options_report(void (*out)(const char *line, void *arg), void *arg)
+{
+	char line[256];
+
+	for (int i = 0; i < OPT_COUNT; i++) {
+		const char *from = option_from_env[i] ? "environment" : "default";
+
+		if (table[i].type == STR)
+			snprintf(line, sizeof(line), "%s=%s (%s)", table[i].env,
+				 option_strings[i] ? option_strings[i] : "", from);
+		else
+			snprintf(line, sizeof(line), "%s=%ld (%s)", table[i].env, option_values[i], from);
+		out(line, arg);
+	}
 }

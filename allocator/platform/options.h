@@ -17,6 +17,9 @@
 
 #define USLAB_OPTIONS(X)                                                                 \
 	X(STATS, "USLAB_STATS", BOOL, 0, "print the statistics table on stderr at exit")     \
+	X(VERBOSE, "USLAB_VERBOSE", BOOL, 0,                                                 \
+	  "at start-up, print the version, the double-width CAS in use and every option's "  \
+	  "value with where it came from (default or environment) on stderr")               \
 	X(STATS_FILE, "USLAB_STATS_FILE", STR, 0, "write the statistics as JSON to this path at exit") \
 	X(STATS_SIGNAL, "USLAB_STATS_SIGNAL", SIGNAL, 0,                                     \
 	  "on this signal, write the statistics (JSON to USLAB_STATS_FILE, else the table to stderr)") \
@@ -61,6 +64,9 @@ extern const char *option_strings[OPT_COUNT];
 void options_init(void);   /* idempotent; the first call reads the environment */
 void options_parse_entry(const char *entry);   /* tests: one "USLAB_X=v" */
 void options_reset(void);                      /* tests: back to the defaults */
+/* Each option's name, value and whether the environment set it, one line
+ * each through out(line, arg): USLAB_VERBOSE's report. */
+void options_report(void (*out)(const char *line, void *arg), void *arg);
 
 static inline long option(enum option_id id) { return option_values[id]; }
 static inline const char *option_str(enum option_id id) { return option_strings[id]; }

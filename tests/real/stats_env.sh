@@ -210,3 +210,15 @@ warns "USLAB_DECAY_MS=soon: one warning line, program works" \
 	"uslab: warning: bad value in 'USLAB_DECAY_MS=soon' ignored: expected a whole number from 0 to 2147483647; using 500" USLAB_DECAY_MS=soon
 warns "USLAB_TEST_X, USLAB_STRESS_X, USLAB_BENCH_X, USLAB_LIB: silent" "" \
 	USLAB_TEST_X=1 USLAB_STRESS_X=2 USLAB_BENCH_X=3 USLAB_LIB="$USLAB_LIB"
+
+# ---- USLAB_VERBOSE: the version, the dwcas path and every option, at start-up
+env LD_PRELOAD="$USLAB_LIB" USLAB_VERBOSE=1 USLAB_DECAY_MS=250 "$PY" -c 'print(sum(range(10)))' \
+	>"$out" 2>"$err" || true
+if [ "$(cat "$out")" = 45 ] && grep -q '^uslab: version [0-9.]*, pid [0-9]*, double-width CAS: ' "$err" &&
+	grep -qx 'uslab: USLAB_DECAY_MS=250 (environment)' "$err" &&
+	grep -qx 'uslab: USLAB_STATS=0 (default)' "$err"; then
+	real_ok "USLAB_VERBOSE=1: version, dwcas path, options with their source"
+else
+	real_bad "USLAB_VERBOSE=1: report not as expected"
+	real_show "$err" stderr
+fi

@@ -555,10 +555,51 @@ static void test_docs(void)
 	options_reset();
 }
 
+/* ---- USLAB_VERBOSE's report -------------------------------------------------------- */
+
+struct report {
+	char text[4096];
+	size_t len;
+	int lines;
+};
+
+static void report_line(const char *line, void *arg)
+{
+	struct report *r = arg;
+
+	r->len += (size_t)snprintf(r->text + r->len, sizeof(r->text) - r->len, "%s\n", line);
+	r->lines++;
+}
+
+static void test_report(void)
+{
+	struct report r = { .len = 0 };
+
+	options_reset();
+	options_parse_entry("USLAB_DECAY_MS=250");
+	options_parse_entry("USLAB_STATS_FILE=/tmp/x.json");
+	options_report(report_line, &r);
+	CHECK_EQ(r.lines, OPT_COUNT);   /* every option, once */
+	CHECK(strstr(r.text, "USLAB_DECAY_MS=250 (environment)\n") != NULL);
+	CHECK(strstr(r.text, "USLAB_STATS_FILE=/tmp/x.json (environment)\n") != NULL);
+	CHECK(strstr(r.text, "USLAB_STATS=0 (default)\n") != NULL);
+	CHECK(strstr(r.text, "USLAB_DIRTY_PERCENT=300 (default)\n") != NULL);
+	options_reset();   /* back to the defaults: nothing from the environment */
+	r.len = 0;
+	r.lines = 0;
+	options_report(report_line, &r);
+	CHECK(strstr(r.text, "USLAB_DECAY_MS=500 (default)\n") != NULL);
+	CHECK(strstr(r.text, "(environment)") == NULL);
+	if (test_failures)
+		fprintf(stderr, "report:\n%s", r.text);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc > 1 && strcmp(argv[1], "--child") == 0)
 		return child_main();
+
+	test_report();
 
 	test_good_values();
 	test_bad_values();

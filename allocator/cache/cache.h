@@ -214,7 +214,7 @@ void caches_lock_all(void);                            /* fork: registry, heaps,
 void caches_unlock_all(bool child);
 
 void *cache_alloc_slow(struct uslab_cache *s);
-void cache_free_slow(struct uslab_cache *s, void *obj);
+void cache_free_slow(struct uslab_cache *s, struct cpu_slab *c, void *obj);
 void slab_free_slow(struct uslab_cache *s, struct slab *slab, void *obj);
 void slab_free_cached(struct uslab_cache *s, struct slab *slab, void *obj);
 
@@ -234,9 +234,11 @@ static inline void *cache_alloc_fast(struct uslab_cache *s)
 
 static inline void cache_free_fast(struct uslab_cache *s, void *obj)
 {
-	if (likely(uslab_cpu_push_(cpu_fast(this_cpu_slab(s)), obj, s->fp_offset)))
+	struct cpu_slab *c = this_cpu_slab(s);
+
+	if (likely(uslab_cpu_push_(cpu_fast(c), obj, s->fp_offset)))
 		return;
-	cache_free_slow(s, obj);
+	cache_free_slow(s, c, obj);
 }
 
 #pragma GCC visibility pop

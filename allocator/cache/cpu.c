@@ -470,15 +470,13 @@ void slab_free_cached(struct uslab_cache *s, struct slab *slab, void *obj)
  * their cheap form, then an owner-local push or the dwcas path. NULL lands
  * here too (the fast path's range test fails for it).
  */
-noinline void cache_free_slow(struct uslab_cache *s, void *obj)
+noinline void cache_free_slow(struct uslab_cache *s, struct cpu_slab *c, void *obj)
 {
-	struct cpu_slab *c = this_cpu_slab(s);
-
 	if (unlikely(!obj))
 		return;
-	/* the fast path refuses an object of the active slab only as the
-	 * freelist's head */
-	if (unlikely((uintptr_t)obj - c->base < c->span))
+	/* the fast path refuses an object of the active slab only when it is
+	 * the freelist's head: freed already */
+	if (unlikely(obj == c->freelist))
 		uslab_fatal("free", obj, "double free");
 	struct slab *slab = ptr_to_slab(obj);
 	if (likely(slab && slab->cache == s &&

@@ -12,6 +12,7 @@
  */
 #define _GNU_SOURCE
 #include "api.h"
+#include "options.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -165,6 +166,83 @@ USLAB_API void uslab_free_aligned_sized(void *p, size_t align, size_t n)
 USLAB_API int uslab_trim(void)
 {
 	return kmalloc_trim();
+}
+
+USLAB_API int uslab_ctl(const char *name, long *old, const long *new_value)
+{
+	return options_set(name, old, new_value);
+}
+
+/* glibc's mallopt parameters that have a meaning here (malloc.h's values) */
+#define GLIBC_M_TRIM_THRESHOLD (-1)
+
+/*
+ * mallopt(M_TRIM_THRESHOLD, n): glibc gives memory back once more than n
+ * bytes are free at the top of its heap; here that is the free committed
+ * memory kept before giving it back (USLAB_DIRTY_MAX). Every other
+ * parameter describes glibc's own heaps (arenas, fastbins, the mmap
+ * threshold) and returns 0, as glibc does for one it does not know.
+ */
+USLAB_API int uslab_mallopt(int param, int value)
+{
+	long v = value;
+
+	if (param == GLIBC_M_TRIM_THRESHOLD && value >= 0)
+		return uslab_ctl("dirty_max", NULL, &v) == 0;
+	return 0;
+}
+
+struct info_walk {
+	FILE *f;
+	size_t count, bytes;   /* free objects in slabs, over every cache */
+};
+
+static void info_size(const struct cache_report *r, void *arg)
+{
+	struct info_walk *w = arg;
+	long live = r->live_objects > 0 ? r->live_objects : 0;
+	size_t slots = r->slabs * r->objects_per_slab;
+	size_t free_objs = slots > (size_t)live ? slots - (size_t)live : 0;
+
+	if (!free_objs)
+		return;
+	fprintf(w->f, "  <size from=\"%zu\" to=\"%zu\" total=\"%zu\" count=\"%zu\"/>\n",
+		r->object_size, r->object_size, free_objs * r->object_size, free_objs);
+	w->count += free_objs;
+	w->bytes += free_objs * r->object_size;
+}
+
+/*
+ * glibc's malloc_info shape: one <heap> (uslab's heaps share their segments)
+ * whose <sizes> are the caches' free objects, then totals: "rest" is what
+ * is free in segments, "mmap" the huge blocks, "current" what is mapped.
+ */
+USLAB_API int uslab_malloc_info(int options, FILE *f)
+{
+	struct uslab_mallinfo mi = uslab_mallinfo();
+	struct info_walk w = { .f = f };
+
+	if (options != 0 || !f) {
+		errno = EINVAL;
+		return -1;
+	}
+	fprintf(f, "<malloc version=\"1\">\n<heap nr=\"0\">\n<sizes>\n");
+	caches_for_each_report(info_size, &w);
+	fprintf(f, "</sizes>\n<total type=\"fast\" count=\"%zu\" size=\"%zu\"/>\n"
+		   "<total type=\"rest\" count=\"%zu\" size=\"%zu\"/>\n"
+		   "<system type=\"current\" size=\"%zu\"/>\n<system type=\"max\" size=\"%zu\"/>\n"
+		   "<aspace type=\"total\" size=\"%zu\"/>\n<aspace type=\"mprotect\" size=\"%zu\"/>\n"
+		   "</heap>\n",
+		w.count, w.bytes, (size_t)1, mi.fordblks, mi.arena, mi.arena, mi.arena, mi.arena);
+	fprintf(f, "<total type=\"fast\" count=\"%zu\" size=\"%zu\"/>\n"
+		   "<total type=\"rest\" count=\"%zu\" size=\"%zu\"/>\n"
+		   "<total type=\"mmap\" count=\"%zu\" size=\"%zu\"/>\n"
+		   "<system type=\"current\" size=\"%zu\"/>\n<system type=\"max\" size=\"%zu\"/>\n"
+		   "<aspace type=\"total\" size=\"%zu\"/>\n<aspace type=\"mprotect\" size=\"%zu\"/>\n"
+		   "</malloc>\n",
+		w.count, w.bytes, (size_t)1, mi.fordblks, mi.hblks, mi.hblkhd, mi.arena + mi.hblkhd,
+		mi.arena + mi.hblkhd, mi.arena + mi.hblkhd, mi.arena + mi.hblkhd);
+	return 0;
 }
 
 /* ---- glibc-style reports ------------------------------------------------------ */

@@ -30,6 +30,8 @@ EXPORT void free_sized(void *p, size_t n) { uslab_free_sized(p, n); }
 EXPORT void free_aligned_sized(void *p, size_t a, size_t n) { uslab_free_aligned_sized(p, a, n); }
 EXPORT void cfree(void *p) { kfree(p, "cfree"); }
 EXPORT int malloc_trim(size_t pad) { (void)pad; return uslab_trim(); }
+EXPORT int mallopt(int param, int value) { return uslab_mallopt(param, value); }
+EXPORT int malloc_info(int options, FILE *f) { return uslab_malloc_info(options, f); }
 EXPORT void malloc_stats(void) { uslab_malloc_stats(); }
 
 EXPORT struct mallinfo2 mallinfo2(void)

@@ -113,6 +113,15 @@ void   uslab_free_aligned_sized(void *ptr, size_t alignment, size_t size);
  * Returns 1 if memory was given back to the OS, else 0 (as malloc_trim). */
 int    uslab_trim(void);
 
+/* glibc's mallopt: M_TRIM_THRESHOLD (-1) sets how much free memory stays
+ * committed (as uslab_ctl "dirty_max") and returns 1; every other
+ * parameter is glibc's own and returns 0. */
+int    uslab_mallopt(int param, int value);
+
+/* glibc's malloc_info: an XML report on f (options must be 0; else -1 with
+ * errno = EINVAL): the caches' free objects by size, and the totals. */
+int    uslab_malloc_info(int options, FILE *f);
+
 /* The fields of glibc's struct mallinfo2 that uslab fills. */
 struct uslab_mallinfo {
 	size_t arena;     /* bytes mapped in segments */
@@ -131,6 +140,17 @@ void   uslab_malloc_stats(void);   /* a short report on stderr */
 
 /* Which double-width CAS is in use: "cmpxchg16b", "casp", "ldaxp/stlxp", "locked". */
 const char *uslab_dwcas_path(void);
+
+/*
+ * Read or change a setting while the program runs. name: an option of
+ * docs/options.md without "USLAB_", in any case: "decay_ms", "dirty_max",
+ * "dirty_percent", "reserve_segments", "huge_pages" or "stats" (the others
+ * are read once, at start-up). *old (if old is not NULL) receives the value
+ * in effect; if new_value is not NULL, *new_value takes effect at once.
+ * Returns 0, or -EINVAL for an unknown name, one that cannot change now, or
+ * a value out of range (booleans 0 or 1; numbers >= 0), changing nothing.
+ */
+int uslab_ctl(const char *name, long *old, const long *new_value);
 
 /* Flush the calling thread's per-thread caches (also done at thread exit). */
 void uslab_thread_flush(void);

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 extern char **environ;
@@ -38,7 +39,10 @@ long option_values[OPT_COUNT] = {
 #undef X
 };
 const char *option_strings[OPT_COUNT];
-static bool option_from_env[OPT_COUNT];
+/* where each value came from: the default, the environment, or uslab_ctl */
+enum { FROM_DEFAULT, FROM_ENV, FROM_CTL };
+static const char *const source_name[] = { "default", "environment", "uslab_ctl" };
+static uint8_t option_source[OPT_COUNT];
 
 /* What each type of value must look like, for the warning. */
 static const char *const expected[] = {
@@ -167,7 +171,7 @@ void options_parse_entry(const char *entry)
 		if (table[i].type == STR)
 			option_strings[i] = eq + 1;
 		option_values[i] = v;
-		option_from_env[i] = true;
+		option_source[i] = FROM_ENV;
 		return;
 	}
 	warn("unknown option", entry, " (docs/options.md lists them)");
@@ -178,7 +182,7 @@ void options_reset(void)
 	for (int i = 0; i < OPT_COUNT; i++) {
 		option_values[i] = table[i].dflt;
 		option_strings[i] = NULL;
-		option_from_env[i] = false;
+		option_source[i] = FROM_DEFAULT;
 	}
 }
 
@@ -205,7 +209,7 @@ void options_report(void (*out)(const char *line, void *arg), void *arg)
 	char line[256];
 
 	for (int i = 0; i < OPT_COUNT; i++) {
-		const char *from = option_from_env[i] ? "environment" : "default";
+		const char *from = source_name[option_source[i]];
 
 		if (table[i].type == STR)
 			snprintf(line, sizeof(line), "%s=%s (%s)", table[i].env,
@@ -214,4 +218,38 @@ void options_report(void (*out)(const char *line, void *arg), void *arg)
 			snprintf(line, sizeof(line), "%s=%ld (%s)", table[i].env, option_values[i], from);
 		out(line, arg);
 	}
+}
+
+/* The options whose readers look again every time (decay, budgets, huge
+ * pages, the exit report); the others are read once, at start-up or when
+ * a cache is set up. */
+static const enum option_id live_options[] = {
+	OPT_STATS, OPT_DECAY_MS, OPT_DIRTY_MAX, OPT_DIRTY_PERCENT, OPT_RESERVE_SEGMENTS,
+	OPT_HUGE_PAGES,
+};
+
+int options_set(const char *name, long *old, const long *new_value)
+{
+	options_init();
+	for (size_t k = 0; k < sizeof(live_options) / sizeof(live_options[0]); k++) {
+		enum option_id i = live_options[k];
+
+		if (!name || strcasecmp(name, table[i].env + 6) != 0)   /* past "USLAB_" */
+			continue;
+		if (new_value) {
+			long v = *new_value;
+			bool ok = table[i].type == BOOL ? (v == 0 || v == 1) :
+				  table[i].type == INT ? (v >= 0 && v <= INT_MAX) : v >= 0;
+			if (!ok)
+				return -EINVAL;
+		}
+		if (old)
+			*old = option(i);
+		if (new_value) {
+			WRITE_ONCE(option_values[i], *new_value);
+			option_source[i] = FROM_CTL;
+		}
+		return 0;
+	}
+	return -EINVAL;
 }

@@ -12,6 +12,8 @@
 #ifndef USLAB_OPTIONS_H
 #define USLAB_OPTIONS_H
 
+#include "atomic.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -67,8 +69,14 @@ void options_reset(void);                      /* tests: back to the defaults */
 /* Each option's name, value and whether the environment set it, one line
  * each through out(line, arg): USLAB_VERBOSE's report. */
 void options_report(void (*out)(const char *line, void *arg), void *arg);
+/* uslab_ctl: name is an option's name without USLAB_, in any case. *old
+ * (if old) gets the value in effect; *new_value (if given) becomes it.
+ * Returns 0, or -EINVAL (no such option, one that cannot change while the
+ * program runs, or a value out of range), changing nothing. */
+int options_set(const char *name, long *old, const long *new_value);
 
-static inline long option(enum option_id id) { return option_values[id]; }
+/* Read on slow paths; a few may change while the program runs (options_set) */
+static inline long option(enum option_id id) { return READ_ONCE(option_values[id]); }
 static inline const char *option_str(enum option_id id) { return option_strings[id]; }
 #pragma GCC visibility pop
 

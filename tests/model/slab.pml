@@ -30,7 +30,8 @@
 #define OPS 4            /* allocations, flushes and shrinks per thread */
 #endif
 #ifndef RESTART
-#define RESTART 1        /* an exited thread's heap may serve a new thread */
+#define RESTART 1        /* threads 0..RESTART-1: an exited thread's heap
+			    may serve one new thread */
 #endif
 #define MSG_OBJS  3      /* objects per message (59 in the code) */
 #define FMAX      2      /* foreign budget: foreign_max */
@@ -682,8 +683,10 @@ inline free_cached()
 	cpu_push()
 }
 
-/* free_local_or_remote(obj); imm: a USLAB_REMOTE_IMMEDIATE cache. The
- * caller has read tp = READ_ONCE(slab->owner_tp). */
+/* free_local_or_remote(obj); imm: a USLAB_REMOTE_IMMEDIATE cache's
+ * free_remote, here by a thread whose cpu_slab_get failed, so that it cannot
+ * freeze (the free_remote of a thread with a heap is free_bulk's dwcas with
+ * one object). The caller has read tp = READ_ONCE(slab->owner_tp). */
 inline free_local_or_remote(imm)
 {
 	if
@@ -695,10 +698,9 @@ inline free_local_or_remote(imm)
 		}
 	:: else ->
 		if
-		:: imm ->                               /* free_remote */
+		:: imm ->       /* free_remote by a thread with no cpu slab (c == NULL) */
 			head = obj; tail = obj; cnt = 1;
-			slab_free(1);
-			if :: frz -> cpu_partial_put() :: else -> skip fi
+			slab_free(0)
 		:: else ->
 			if
 			:: tp != 0 -> dst = owner             /* READ_ONCE(slab->owner) */
@@ -949,7 +951,7 @@ loop:
 	reset();
 	assert(cfl == 0 && !cslab && !cpart && obox == 0);
 	if
-	:: !restarted && RESTART ->           /* a new thread gets the heap */
+	:: !restarted && me < RESTART ->           /* a new thread gets the heap */
 		d_step { restarted = 1; ops = OPS; closed[me] = 0; running[me] = 1 };
 		goto loop
 	:: true -> skip
@@ -975,7 +977,12 @@ proctype destroy()
 	od;
 	h = 0;
 	do
-	:: h < NTHR -> assert(inbox[h] == 0 && mto[h] == 0); h++
+	:: h < NTHR -> assert(inbox[h] == 0); h++
+	:: else -> break
+	od;
+	h = 0;
+	do
+	:: h < NMSG -> assert(mto[h] == 0 && mobj[h] == 0); h++
 	:: else -> break
 	od
 }

@@ -25,15 +25,9 @@ static struct exclusion excl;
 static atomic_t stop;
 static atomic_long_t trylocks_ok;
 
-struct worker {
-	pthread_t tid;
-	atomic_long_t sections;   /* read by main while the round runs */
-	uint64_t seed;
-};
-
 static void *worker_main(void *arg)
 {
-	struct worker *w = arg;
+	struct lock_worker *w = arg;
 
 	while (!atomic_read(&stop)) {
 		if ((test_rand(&w->seed) & 1) && mutex_trylock(&lock))
@@ -50,38 +44,9 @@ static void *worker_main(void *arg)
 
 static unsigned long run_round(int nthreads, double seconds)
 {
-	static struct worker w[MAX_THREADS];
-	unsigned long total = 0;
-	double start, now;
-	bool all;
+	static struct lock_worker w[MAX_THREADS];
 
-	memset(w, 0, sizeof(w));
-	atomic_set(&stop, 0);
-	for (int i = 0; i < nthreads; i++) {
-		w[i].seed = 0x7654321ull * (i + 1) + nthreads;
-		REQUIRE(pthread_create(&w[i].tid, NULL, worker_main, &w[i]) == 0);
-	}
-	start = test_now();
-	do {
-		usleep(10000);
-		now = test_now();
-		all = true;
-		for (int i = 0; i < nthreads; i++)
-			all &= atomic_long_read(&w[i].sections) > 0;
-	} while (now - start < HARD_LIMIT && (now - start < seconds || !all));
-	atomic_set(&stop, 1);
-	for (int i = 0; i < nthreads; i++) {
-		pthread_join(w[i].tid, NULL);
-		total += atomic_long_read(&w[i].sections);
-	}
-	for (int i = 0; i < nthreads; i++) {
-		if (!atomic_long_read(&w[i].sections)) {
-			fprintf(stderr, "worker %d of %d had no section in %.1f s while the others "
-					"took %lu\n", i, nthreads, now - start, total);
-			test_failures++;
-		}
-	}
-	return total;
+	return lock_round(w, nthreads, seconds, HARD_LIMIT, &stop, worker_main);
 }
 
 int main(void)

@@ -25,12 +25,6 @@ static struct exclusion excl;
 static atomic_t stop;
 static atomic_long_t trylocks_ok;
 
-struct worker {
-	pthread_t tid;
-	atomic_long_t sections;   /* read by main while the round runs */
-	uint64_t seed;
-};
-
 static void critical_section(void)
 {
 	REQUIRE(spin_is_locked(&lock));
@@ -39,7 +33,7 @@ static void critical_section(void)
 
 static void *worker_main(void *arg)
 {
-	struct worker *w = arg;
+	struct lock_worker *w = arg;
 
 	while (!atomic_read(&stop)) {
 		if ((test_rand(&w->seed) & 1) && spin_trylock(&lock)) {
@@ -54,43 +48,11 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
-static bool all_got_in(struct worker *w, int n)
-{
-	for (int i = 0; i < n; i++)
-		if (!atomic_long_read(&w[i].sections))
-			return false;
-	return true;
-}
-
 static unsigned long run_round(int nthreads, double seconds)
 {
-	struct worker w[8] = { 0 };
-	unsigned long total = 0;
-	double start, now;
+	static struct lock_worker w[8];
 
-	atomic_set(&stop, 0);
-	for (int i = 0; i < nthreads; i++) {
-		w[i].seed = 0x1234567ull * (i + 1) + nthreads;
-		REQUIRE(pthread_create(&w[i].tid, NULL, worker_main, &w[i]) == 0);
-	}
-	start = test_now();
-	do {
-		usleep(10000);
-		now = test_now();
-	} while (now - start < HARD_LIMIT && (now - start < seconds || !all_got_in(w, nthreads)));
-	atomic_set(&stop, 1);
-	for (int i = 0; i < nthreads; i++) {
-		pthread_join(w[i].tid, NULL);
-		total += atomic_long_read(&w[i].sections);
-	}
-	for (int i = 0; i < nthreads; i++) {
-		if (!atomic_long_read(&w[i].sections)) {
-			fprintf(stderr, "worker %d of %d starved: no section in %.1f s while the "
-					"others took %lu\n", i, nthreads, now - start, total);
-			test_failures++;
-		}
-	}
-	return total;
+	return lock_round(w, nthreads, seconds, HARD_LIMIT, &stop, worker_main);
 }
 
 int main(void)

@@ -101,10 +101,11 @@ static void test_destroy_twice(void)
 {
 	struct uslab_cache *a = uslab_cache_create("stale", 96, 0, 0, NULL);
 
+	void *objs[4];
+
 	REQUIRE(a != NULL);
-	void *o = uslab_cache_alloc(a);
-	REQUIRE(o != NULL);
-	uslab_cache_free(a, o);
+	REQUIRE(uslab_cache_alloc_bulk(a, 4, objs) == 4);
+	uslab_cache_free_bulk(a, 4, objs);
 	CHECK_EQ(uslab_cache_destroy(a), 0);
 	CHECK_EQ(uslab_cache_destroy(a), -EINVAL);   /* and a line on stderr */
 

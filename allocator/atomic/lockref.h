@@ -190,13 +190,14 @@ static inline void lockref_get(struct lockref *lr)
 	lockref_unlock(lr);
 }
 
-/* true: a reference was taken. false: the count was <= 0 (zero or dead). */
-static inline bool lockref_get_not_zero(struct lockref *lr)
+/* Take a reference if the count is at least min; true if one was taken.
+ * Lockless while unlocked, else under the lock (the two get_ below). */
+static inline bool __lockref_get_if_at_least(struct lockref *lr, int32_t min)
 {
 	int32_t n;
 	bool ok = false;
 
-	switch (__lockref_cas_add(lr, 1, 1, false, &n)) {
+	switch (__lockref_cas_add(lr, 1, min, false, &n)) {
 	case LOCKREF_CAS_DONE:
 		return true;
 	case LOCKREF_CAS_REFUSED:
@@ -205,7 +206,7 @@ static inline bool lockref_get_not_zero(struct lockref *lr)
 		break;
 	}
 	lockref_lock(lr);
-	if (lockref_read_count(lr) > 0) {
+	if (lockref_read_count(lr) >= min) {
 		__lockref_add(lr, 1);
 		ok = true;
 	}
@@ -213,27 +214,16 @@ static inline bool lockref_get_not_zero(struct lockref *lr)
 	return ok;
 }
 
+/* true: a reference was taken. false: the count was <= 0 (zero or dead). */
+static inline bool lockref_get_not_zero(struct lockref *lr)
+{
+	return __lockref_get_if_at_least(lr, 1);
+}
+
 /* true: a reference was taken. false: the lockref is dead (count < 0). */
 static inline bool lockref_get_not_dead(struct lockref *lr)
 {
-	int32_t n;
-	bool ok = false;
-
-	switch (__lockref_cas_add(lr, 1, 0, false, &n)) {
-	case LOCKREF_CAS_DONE:
-		return true;
-	case LOCKREF_CAS_REFUSED:
-		return false;
-	case LOCKREF_CAS_LOCKED:
-		break;
-	}
-	lockref_lock(lr);
-	if (lockref_read_count(lr) >= 0) {
-		__lockref_add(lr, 1);
-		ok = true;
-	}
-	lockref_unlock(lr);
-	return ok;
+	return __lockref_get_if_at_least(lr, 0);
 }
 
 /*

@@ -88,18 +88,13 @@ static inline bool mutex_is_locked(const mutex_t *m)
 	return READ_ONCE(m->val) != 0;
 }
 
-/* After fork(), in the child: the holder and the sleepers are threads the
- * child does not have; the lock starts free again. */
-static inline void mutex_unlock_after_fork_child(mutex_t *m)
-{
-	mutex_init(m);
-}
-
-/* The one way a fork handler lets go of a mutex it took in prepare. */
+/* A fork handler lets go of a mutex it took in prepare: the parent
+ * unlocks; the child starts it free again (its holder and sleepers are
+ * threads the child does not have). */
 static inline void mutex_unlock_fork(mutex_t *m, bool child)
 {
 	if (child)
-		mutex_unlock_after_fork_child(m);
+		mutex_init(m);
 	else
 		mutex_unlock(m);
 }

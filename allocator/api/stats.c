@@ -12,6 +12,7 @@
 #include "api.h"
 #include "options.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -86,7 +87,8 @@ static void write_table(struct out *o)
 {
 	struct uslab_mallinfo mi = uslab_mallinfo();
 
-	out_printf(o, "uslab statistics (dwcas: %s)\n", dwcas_path_name());
+	out_printf(o, "uslab statistics (dwcas: %s), pid %d, %s\n", dwcas_path_name(), (int)getpid(),
+		   program_invocation_short_name);
 	out_printf(o, "  mapped %zu bytes in segments, %zu committed, %zu in use; "
 		      "%zu huge blocks, %zu bytes\n",
 		   segment_mapped_bytes(), segment_committed_bytes(), mi.uordblks, mi.hblks,
@@ -157,8 +159,12 @@ static void write_json(struct out *o)
 	struct uslab_mallinfo mi = uslab_mallinfo();
 	struct json_walk w = { o, 0 };
 
-	out_printf(o, "{\n  \"uslab_version\": \"%d.%d\",\n  \"dwcas\": \"%s\",\n",
-		   USLAB_VERSION_MAJOR, USLAB_VERSION_MINOR, dwcas_path_name());
+	char prog[6 * 32 + 1];
+
+	out_printf(o, "{\n  \"uslab_version\": \"%d.%d\",\n  \"dwcas\": \"%s\",\n"
+		      "  \"pid\": %d,\n  \"program\": \"%s\",\n",
+		   USLAB_VERSION_MAJOR, USLAB_VERSION_MINOR, dwcas_path_name(), (int)getpid(),
+		   json_escape(program_invocation_short_name, prog, sizeof(prog)));
 	out_printf(o, "  \"mapped_bytes\": %zu,\n  \"committed_bytes\": %zu,\n"
 		      "  \"in_use_bytes\": %zu,\n  \"huge_blocks\": %zu,\n  \"huge_bytes\": %zu,\n"
 		      "  \"huge_cached_bytes\": %zu,\n"
@@ -191,11 +197,43 @@ USLAB_API void uslab_stats_json(FILE *f)
  * handler (coreutils' close_stdout), which runs before our destructor. */
 static int stats_fd = 2;
 
+/* USLAB_STATS_FILE with each %p replaced by the process id (and %% by %),
+ * so that the processes of a tree write a file each. false: too long. */
+static bool stats_path(const char *pattern, char *path, size_t size)
+{
+	size_t n = 0;
+
+	for (const char *s = pattern; *s; s++) {
+		int w;
+
+		if (s[0] == '%' && (s[1] == 'p' || s[1] == '%')) {
+			w = s[1] == 'p' ? snprintf(path + n, size - n, "%d", (int)getpid()) :
+					  snprintf(path + n, size - n, "%%");
+			s++;
+		} else {
+			w = snprintf(path + n, size - n, "%c", *s);
+		}
+		if (w < 0 || (size_t)w >= size - n)
+			return false;
+		n += (size_t)w;
+	}
+	return true;
+}
+
 /* JSON to USLAB_STATS_FILE (replaced whole), else the table on stderr. */
 static void stats_dump(bool table_too)
 {
-	const char *path = option_str(OPT_STATS_FILE);
+	const char *pattern = option_str(OPT_STATS_FILE);
+	char buf[4096], *path = pattern ? buf : NULL;
 	struct out o = { .fd = stats_fd };
+
+	if (pattern && !stats_path(pattern, buf, sizeof(buf))) {
+		struct out e = { .fd = stats_fd };
+		out_printf(&e, "uslab: USLAB_STATS_FILE is too long: %s\n", pattern);
+		out_flush(&e);
+		path = NULL;
+		table_too = false;
+	}
 
 	if (table_too || !path)
 		write_table(&o);

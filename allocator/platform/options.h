@@ -22,7 +22,7 @@
 	X(VERBOSE, "USLAB_VERBOSE", BOOL, 0,                                                 \
 	  "at start-up, print the version, the double-width CAS in use and every option's "  \
 	  "value with where it came from (default or environment) on stderr")               \
-	X(STATS_FILE, "USLAB_STATS_FILE", STR, 0, "write the statistics as JSON to this path at exit") \
+	X(STATS_FILE, "USLAB_STATS_FILE", STR, 0, "write the statistics as JSON to this path at exit (%p in it: the process id)") \
 	X(STATS_SIGNAL, "USLAB_STATS_SIGNAL", SIGNAL, 0,                                     \
 	  "on this signal, write the statistics (JSON to USLAB_STATS_FILE, else the table to stderr)") \
 	X(DWCAS, "USLAB_DWCAS", BOOL, 1,                                                     \

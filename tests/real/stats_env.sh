@@ -57,7 +57,7 @@ PY
 
 # is_table FILE - FILE holds exactly one statistics table with kmalloc rows.
 is_table() {
-	[ "$(grep -c '^uslab statistics (dwcas: ' "$1")" = 1 ] &&
+	[ "$(grep -cE '^uslab statistics \(dwcas: [^)]+\), pid [0-9]+, .+$' "$1")" = 1 ] &&
 		grep -qE '^cache +objsize ' "$1" &&
 		grep -qE '^kmalloc-[0-9]+ +[0-9]+ ' "$1"
 }
@@ -106,6 +106,18 @@ if [ -s "$err" ]; then
 	real_show "$err" stderr
 else
 	real_ok "USLAB_STATS_FILE alone: nothing on stderr"
+fi
+
+# %p: a file per process, named by its pid, which the JSON also gives
+env LD_PRELOAD="$USLAB_LIB" USLAB_STATS_FILE="$tmp/each-%p.json" "$PY" -c "$WORK" >"$out" 2>"$err" ||
+	real_bad "python3 failed with USLAB_STATS_FILE=...-%p.json"
+set -- "$tmp"/each-[0-9]*.json
+if [ -f "$1" ] && pid=${1##*/each-} && pid=${pid%.json} &&
+	"$PY" -c 'import json, sys; d = json.load(open(sys.argv[1]))
+sys.exit(0 if d["pid"] == int(sys.argv[2]) and d["program"] else 1)' "$1" "$pid"; then
+	real_ok "USLAB_STATS_FILE with %p: $(basename "$1"), its \"pid\" matching"
+else
+	real_bad "USLAB_STATS_FILE with %p: no each-<pid>.json with that pid ($*)"
 fi
 
 env LD_PRELOAD="$USLAB_LIB" USLAB_STATS_FILE=/nonexistent/dir/s.json "$PY" -c 'print(1)' >"$out" 2>"$err" ||

@@ -16,8 +16,11 @@
  * that makes an unfrozen slab enter or leave cache->partial takes list_lock
  * before its dwcas and adds/removes it before unlocking, so under list_lock
  * "unfrozen with a live object and a free object" always means "on the
- * list" (one exception, argued in slab_unfreeze: an owner's unfreeze of a
- * slab that becomes EMPTY, which nobody else can reach).
+ * list". Two exceptions touch only unfrozen EMPTY slabs, which nobody else
+ * can free into or take off the list: an owner's unfreeze of a slab that
+ * becomes EMPTY (the lock after the dwcas, to list or discard it), and
+ * cache_shrink_partial, which removes empty slabs under the lock with no
+ * dwcas at all.
  *
  * Locking: cache->list_lock protects cache->partial, nr_partial and each
  * slab's on_partial/next/prev while the slab is on the list. A frozen slab's

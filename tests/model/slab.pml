@@ -29,6 +29,9 @@
 #ifndef OPS
 #define OPS 4            /* allocations, flushes and shrinks per thread */
 #endif
+#ifndef OPS0
+#define OPS0 OPS         /* thread 0's own bound */
+#endif
 #ifndef RESTART
 #define RESTART 1        /* threads 0..RESTART-1: an exited thread's heap
 			    may serve one new thread */
@@ -47,6 +50,15 @@
 #define L_HELD(t) (8 + (t))
 #define L_CPU(t)  (16 + (t))
 #define L_HAND(t) (24 + (t))
+
+/* Reachability probes: with -DPROBES each REACH(n) is an assertion that
+ * fails when reached, and tests/model/check (pan -c0) lists which fired, so
+ * that no transition of the protocol is dead code in the model. */
+#ifdef PROBES
+#define REACH(n) assert(n == 0)
+#else
+#define REACH(n) skip
+#endif
 
 #define POP(x) (((x) & 1) + (((x) >> 1) & 1) + (((x) >> 2) & 1))
 
@@ -75,6 +87,7 @@ byte local_free;            /* slab->local_free (owner only) */
 byte local_count;
 byte built;                 /* slab->built */
 bit  discarded = 1;         /* units back in the segment (start: not made yet) */
+bit  made;                  /* ghost: the slab was made once already */
 
 /* per heap (its cpu slab and outbox are the thread's locals: see LOCALS) */
 byte inbox[NTHR];           /* mailbox: bit i = message slot i is posted */
@@ -161,7 +174,7 @@ inline dw_read()
 #else
 #define CAS_MATCH (wfl == o_fl && winuse == o_in && wfrozen == o_fz)
 #endif
-#define CAS_FAIL o_fl = wfl; o_in = winuse; o_fz = wfrozen; ok = 0
+#define CAS_FAIL o_fl = wfl; o_in = winuse; o_fz = wfrozen; ok = 0; REACH(26)
 
 /* add_partial / remove_partial (list_lock held) */
 inline add_partial()
@@ -204,6 +217,7 @@ inline slab_new()
 	d_step {
 		if
 		:: discarded ->
+			if :: made -> REACH(2) :: else -> REACH(1); made = 1 fi;
 			discarded = 0; wfl = 0; winuse = NOBJ; wfrozen = 1;
 			on_partial = 0; local_free = 0; local_count = 0; built = 0;
 			owner_tp = 0; owner = 0;
@@ -269,6 +283,7 @@ inline take_freelist(freeze)
 			:: CAS_MATCH ->
 				if :: wfl != 0 -> move_list(wfl, L_SHARED, L_HAND(me), lst, k) :: else -> skip fi;
 				chain = wfl;
+				if :: freeze -> REACH(18) :: else -> REACH(11) fi;
 				wfl = 0; winuse = NOBJ; wfrozen = 1;
 				cnt = NOBJ - o_in;
 				check_W();
@@ -315,6 +330,11 @@ inline slab_free(can_freeze)
 			wfl = head; winuse = n_in; wfrozen = n_fz;
 			check_W();
 			ok = 1;
+			if
+			:: was_frozen -> REACH(19)
+			:: !was_frozen && n_fz -> REACH(20)
+			:: else -> skip
+			fi;
 			/* without the lock the code returns at once */
 			if :: !need_lock -> frz = n_fz && !was_frozen; busy[who] = 0 :: else -> skip fi
 		:: else -> CAS_FAIL
@@ -334,9 +354,9 @@ inline slab_free(can_freeze)
 			if
 			:: n_in == 0 && nr_partial + was_full > minp ->
 				if :: !was_full -> remove_partial() :: else -> skip fi;
-				gone = 1
+				gone = 1; REACH(23)
 			:: else ->
-				if :: was_full -> add_partial() :: else -> skip fi;
+				if :: was_full -> add_partial(); REACH(21) :: else -> REACH(22) fi;
 				gone = 0; busy[who] = 0
 			fi;
 			unlock();
@@ -384,13 +404,13 @@ inline slab_unfreeze()
 	if :: partial -> lock(); locked = 1 :: else -> skip fi;
 #endif
 	if
-	:: partial -> d_step { add_partial(); unlock(); busy[who] = 0 }
-	:: !partial && n_in > 0 -> skip                  /* FULL: on no list */
+	:: partial -> d_step { add_partial(); unlock(); busy[who] = 0; REACH(12) }
+	:: !partial && n_in > 0 -> REACH(13)             /* FULL: on no list */
 	:: !partial && n_in == 0 ->
 		lock();
 		d_step {
-			if :: nr_partial < minp -> add_partial(); gone = 0; busy[who] = 0
-			   :: else -> gone = 1
+			if :: nr_partial < minp -> add_partial(); gone = 0; busy[who] = 0; REACH(14)
+			   :: else -> gone = 1; REACH(15)
 			fi;
 			unlock()
 		};
@@ -437,7 +457,7 @@ inline shrink_partial()
 	lock();
 	d_step {
 		gone = 0;
-		if :: s_partial && winuse == 0 -> remove_partial(); gone = 1 :: else -> skip fi;
+		if :: s_partial && winuse == 0 -> remove_partial(); gone = 1; REACH(24) :: else -> skip fi;
 		unlock()
 	};
 #endif
@@ -508,6 +528,7 @@ inline flush_foreign()
 		d_step {
 			/* relinked newest first: head is the last one walked */
 			q = cfl; head = 0; tail = 0; cnt = 0;
+			REACH(25);
 			do
 			:: q != 0 ->
 				assert(loc[q] == L_CPU(me)); loc[q] = L_HAND(me);
@@ -575,11 +596,13 @@ inline msg_free_objects(own, can_freeze)
 	:: own && owner == me + 1 ->           /* READ_ONCE(slab->owner) */
 #endif
 		d_step {
+			REACH(8);
 			assert(local_free != head && local_free != tail);
 			fp[tail] = local_free; local_free = head; local_count = local_count + cnt;
 			move_chain(head, tail, L_HAND(me), L_LOCAL)
 		}
 	:: else ->
+		if :: own -> REACH(9) :: else -> skip fi;
 		slab_free(can_freeze);
 		if :: frz -> cpu_partial_put() :: else -> skip fi
 	fi
@@ -596,8 +619,8 @@ inline msg_send()
 #else
 	d_step {
 		if
-		:: !closed[mto[m] - 1] -> inbox[mto[m] - 1] = inbox[mto[m] - 1] | (1 << m); posted = 1
-		:: else -> posted = 0
+		:: !closed[mto[m] - 1] -> inbox[mto[m] - 1] = inbox[mto[m] - 1] | (1 << m); posted = 1; REACH(6)
+		:: else -> posted = 0; REACH(7)
 		fi
 	};
 #endif
@@ -655,11 +678,12 @@ inline free_by_message()
 		:: else -> m = obox - 1
 		fi;
 		assert(loc[obj] == L_HAND(me)); loc[obj] = L_MSG;
-		mobj[m] = mobj[m] | (1 << (obj - 1))
+		mobj[m] = mobj[m] | (1 << (obj - 1));
+		REACH(5)
 	};
 	/* count == MSG_OBJS: send it */
 	if
-	:: POP(mobj[m]) == MSG_OBJS -> obox = 0; msg_send()
+	:: POP(mobj[m]) == MSG_OBJS -> obox = 0; REACH(29); msg_send()
 	:: else -> skip
 	fi
 }
@@ -680,6 +704,7 @@ inline free_cached()
 {
 	if :: fleft == 0 -> flush_foreign() :: else -> skip fi;
 	fleft--;
+	REACH(4);
 	cpu_push()
 }
 
@@ -693,6 +718,7 @@ inline free_local_or_remote(imm)
 	:: tp == me + 1 ->
 		d_step {
 			assert(obj != local_free);
+			REACH(3);
 			assert(loc[obj] == L_HAND(me)); loc[obj] = L_LOCAL;
 			fp[obj] = local_free; local_free = obj; local_count++
 		}
@@ -715,6 +741,7 @@ inline free_local_or_remote(imm)
 				   POP(mobj[obox - 1]) < MSG_OBJS - 1 ->
 					d_step {
 						m = obox - 1;
+						REACH(27);
 						assert(loc[obj] == L_HAND(me)); loc[obj] = L_MSG;
 						mobj[m] = mobj[m] | (1 << (obj - 1))
 					}
@@ -756,6 +783,7 @@ inline take_private()
 	:: local_free != 0 ->
 		d_step {
 			chain = local_free; cnt = local_count; k = 0;
+			REACH(10);
 			move_list(chain, L_LOCAL, L_HAND(me), lst, k);
 			local_free = 0; local_count = 0
 		}
@@ -819,7 +847,7 @@ inline alloc_slow()
 	:: !got && cpart ->
 		take_private();
 		if
-		:: chain != 0 -> d_step { cpart = 0; cslab = 1 }; to_cpu(); got = 1
+		:: chain != 0 -> d_step { cpart = 0; cslab = 1; REACH(17) }; to_cpu(); got = 1
 		:: else -> skip
 		fi
 	:: else -> skip
@@ -844,7 +872,7 @@ inline alloc_slow()
 
 inline cpu_partial_put_tail()
 {
-	d_step { assert(!cpart); cslab = 0; cpart = 1 }
+	d_step { assert(!cpart); cslab = 0; cpart = 1; REACH(16) }
 }
 
 /* ---- whole-heap operations ------------------------------------------------------------- */
@@ -914,6 +942,7 @@ proctype thread(byte id)
 	bit restarted;
 	byte ops = OPS;
 	me = id; who = id;
+	if :: me == 0 -> ops = OPS0 :: else -> skip fi;
 loop:
 	do
 	:: /* cache_alloc_fast: pop the cpu freelist */
@@ -952,7 +981,7 @@ loop:
 	assert(cfl == 0 && !cslab && !cpart && obox == 0);
 	if
 	:: !restarted && me < RESTART ->           /* a new thread gets the heap */
-		d_step { restarted = 1; ops = OPS; closed[me] = 0; running[me] = 1 };
+		d_step { restarted = 1; ops = (me == 0 -> OPS0 : OPS); closed[me] = 0; running[me] = 1; REACH(28) };
 		goto loop
 	:: true -> skip
 	fi;

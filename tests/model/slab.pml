@@ -17,7 +17,10 @@
  * (invariant W). busy[w] says actor w is inside a routine that touches the
  * slab word; a discard checks that nobody else is.
  *
- * Configure with -D: NTHR (2 or 3), NOBJ (2 or 3), and one M_* mutant.
+ * Configure with -D: NTHR (2 or 3), NOBJ (2 or 3), OPS and OPS0 (calls per
+ * thread), RESTART (heaps that may serve a second thread), PROBES
+ * (reachability probes), and at most one M_* mutant. tests/model/check runs
+ * the configurations, the probes and the mutants.
  */
 
 #ifndef NTHR

@@ -70,8 +70,11 @@ void lock_rank_release(enum lock_rank r)
 
 /* ---- locks a fork must hold ------------------------------------------------------- */
 
-extern const struct fork_lock __start_uslab_fork_locks[] __attribute__((visibility("hidden")));
-extern const struct fork_lock __stop_uslab_fork_locks[] __attribute__((visibility("hidden")));
+/* The linker's bounds of the section. Weak: a program that links only some
+ * of libuslab.a's objects may have no fork lock at all, and then no section
+ * (both read as NULL, and the walks below do nothing). */
+extern const struct fork_lock __start_uslab_fork_locks[] __attribute__((weak, visibility("hidden")));
+extern const struct fork_lock __stop_uslab_fork_locks[] __attribute__((weak, visibility("hidden")));
 
 void fork_locks_take(enum lock_rank lo, enum lock_rank hi)
 {

@@ -22,12 +22,6 @@
 /* A slot packs a block and its size: pointer in bits 0-47, size above. */
 static _Atomic uint64_t slots[SLOTS];
 
-struct worker {
-	uint64_t ops;
-	uint64_t seed;
-	unsigned idx;
-};
-
 static uint64_t new_block(struct wl_rng *r)
 {
 	size_t n = MIN_SIZE + wl_below(r, MAX_SIZE - MIN_SIZE + 1);
@@ -46,7 +40,7 @@ static void free_block(uint64_t slot)
 
 static void *worker(void *arg)
 {
-	struct worker *w = arg;
+	struct wl_worker *w = arg;
 	struct wl_rng r = wl_rng_init(w->seed, w->idx + 1);
 	for (uint64_t i = 0; i < w->ops; i++) {
 		uint64_t b = new_block(&r);
@@ -65,14 +59,10 @@ int main(int argc, char **argv)
 	for (unsigned i = 0; i < SLOTS; i++)
 		atomic_store_explicit(&slots[i], new_block(&r), memory_order_relaxed);
 
-	struct worker *w = calloc(o.threads, sizeof(*w));
-	for (unsigned i = 0; i < o.threads; i++)
-		w[i] = (struct worker){ wl_share(o.work, o.threads, i), o.seed, i };
-	double secs = wl_run_threads(o.threads, worker, w, sizeof(*w));
+	double secs = wl_run_workers(&o, worker);
 
 	for (unsigned i = 0; i < SLOTS; i++)
 		free_block(atomic_load_explicit(&slots[i], memory_order_relaxed));
-	free(w);
 	wl_report(o.work, secs, o.threads);
 	return 0;
 }

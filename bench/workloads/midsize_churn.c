@@ -19,15 +19,9 @@
 #define MIN_SIZE (64u << 10)
 #define MAX_SIZE (8u << 20)
 
-struct worker {
-	uint64_t ops;
-	uint64_t seed;
-	unsigned idx;
-};
-
 static void *worker(void *arg)
 {
-	struct worker *w = arg;
+	struct wl_worker *w = arg;
 	struct wl_rng r = wl_rng_init(w->seed, w->idx + 1);
 	void *p[SLOTS] = { 0 };
 	size_t n[SLOTS] = { 0 };
@@ -53,11 +47,7 @@ int main(int argc, char **argv)
 {
 	struct wl_opts o = wl_parse(argc, argv,
 		"mid-size churn: 6 live blocks of 64 KiB - 8 MiB per thread, every page written", 400);
-	struct worker *w = calloc(o.threads, sizeof(*w));
-	for (unsigned i = 0; i < o.threads; i++)
-		w[i] = (struct worker){ wl_share(o.work, o.threads, i), o.seed, i };
-	double secs = wl_run_threads(o.threads, worker, w, sizeof(*w));
-	free(w);
+	double secs = wl_run_workers(&o, worker);
 	wl_report(o.work, secs, o.threads);
 	return 0;
 }

@@ -26,12 +26,6 @@ struct buf {
 	int vector;
 };
 
-struct worker {
-	uint64_t ops;
-	uint64_t seed;
-	unsigned idx;
-};
-
 static inline uint64_t word_at(const struct buf *b, size_t k)
 {
 	return b->key ^ (k * 0x9e3779b97f4a7c15ull);
@@ -84,7 +78,7 @@ static void retire(struct buf *b)
 
 static void *worker(void *arg)
 {
-	struct worker *w = arg;
+	struct wl_worker *w = arg;
 	struct wl_rng r = wl_rng_init(w->seed, w->idx + 1);
 	struct buf bufs[BUFS];
 	for (unsigned i = 0; i < BUFS; i++)
@@ -106,11 +100,7 @@ int main(int argc, char **argv)
 {
 	struct wl_opts o = wl_parse(argc, argv,
 		"realloc growth: strings (+1..64 bytes) and vectors (doubling)", 1000000);
-	struct worker *w = calloc(o.threads, sizeof(*w));
-	for (unsigned i = 0; i < o.threads; i++)
-		w[i] = (struct worker){ wl_share(o.work, o.threads, i), o.seed, i };
-	double secs = wl_run_threads(o.threads, worker, w, sizeof(*w));
-	free(w);
+	double secs = wl_run_workers(&o, worker);
 	wl_report(o.work, secs, o.threads);
 	return 0;
 }

@@ -226,6 +226,30 @@ static inline uint64_t wl_share(uint64_t work, unsigned n, unsigned i)
 	return work / n + (i < work % n);
 }
 
+/* The usual worker: its share of the work, the run's seed and its index. */
+struct wl_worker {
+	uint64_t ops;
+	uint64_t seed;
+	unsigned idx;
+};
+
+/* fn on o->threads threads, each given a wl_worker with its share of
+ * o->work; returns the seconds they took. */
+static inline double wl_run_workers(const struct wl_opts *o, void *(*fn)(void *))
+{
+	struct wl_worker *w = calloc(o->threads, sizeof(*w));
+
+	if (!w) {
+		perror("calloc");
+		exit(1);
+	}
+	for (unsigned i = 0; i < o->threads; i++)
+		w[i] = (struct wl_worker){ wl_share(o->work, o->threads, i), o->seed, i };
+	double secs = wl_run_threads(o->threads, fn, w, sizeof(*w));
+	free(w);
+	return secs;
+}
+
 static inline void wl_report(uint64_t ops, double secs, unsigned threads)
 {
 	printf("ops=%" PRIu64 " secs=%.6f threads=%u\n", ops, secs, threads);

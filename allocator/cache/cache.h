@@ -12,9 +12,7 @@
 #ifndef USLAB_CACHE_H
 #define USLAB_CACHE_H
 
-#define USLAB_BUILDING_LIBRARY 1   /* uslab.h: no inline fast paths in here */
-#include "uslab.h"
-#include "slab.h"
+#include "slab.h"   /* and uslab.h, without its inline fast paths */
 
 #pragma GCC visibility push(hidden)
 
@@ -93,6 +91,7 @@ _Static_assert(sizeof(struct remote_msg) == 512, "a message is 8 cache lines");
  * docs/slab.md).
  */
 struct thread_heap {
+	uintptr_t fp_key;                    /* a copy of fp_key (slab.h), for uslab.h */
 	uint64_t chunks_used;                /* bit k: cpu[k*64 .. k*64+63] in use */
 	struct thread_heap *next;            /* all heaps, under heaps_lock */
 	struct remote_msg *msg_pool;         /* spare messages (owner only) */
@@ -127,6 +126,7 @@ struct thread_heap {
 	long stat[MAX_CACHES - STATIC_IDS][NR_CACHE_STATS] __attribute__((aligned(CACHE_LINE)));
 };
 _Static_assert(NR_CHUNKS <= 64, "chunks_used is one word");
+MIRRORS(struct thread_heap, fp_key, struct uslab_heap_head_, fp_key);
 _Static_assert(offsetof(struct thread_heap, cpu) == CACHE_LINE,
 	       "cpu[64k - 1] (never a live cache's) starts each page of a heap");
 _Static_assert(NEVER_USED_ID % 64 == 63, "the never-used id is one at a page start");
@@ -141,8 +141,8 @@ static inline struct mailbox *heap_inbox(struct thread_heap *h, unsigned id)
 	return id < STATIC_IDS ? &h->k_inbox[id] : &h->inbox[id - STATIC_IDS];
 }
 
-/* Exported (as uslab_tls_heap_) for the inline fast paths in uslab.h. */
-extern __thread struct thread_heap *tls_heap __asm__("uslab_tls_heap_")
+/* Exported (as uslab_tls_heap_v2_) for the inline fast paths in uslab.h. */
+extern __thread struct thread_heap *tls_heap __asm__("uslab_tls_heap_v2_")
 	__attribute__((tls_model("initial-exec"), visibility("default")));
 
 extern struct thread_heap empty_heap;   /* tls_heap of a thread without a heap */
@@ -225,7 +225,7 @@ void slab_free_cached(struct uslab_cache *s, struct slab *slab, void *obj);
  */
 static inline void *cache_alloc_fast(struct uslab_cache *s)
 {
-	void *obj = uslab_cpu_pop_(cpu_fast(this_cpu_slab(s)), s->fp_offset);
+	void *obj = uslab_cpu_pop_(cpu_fast(this_cpu_slab(s)), s->fp_offset, fp_key);
 
 	if (likely(obj))
 		return obj;
@@ -236,7 +236,7 @@ static inline void cache_free_fast(struct uslab_cache *s, void *obj)
 {
 	struct cpu_slab *c = this_cpu_slab(s);
 
-	if (likely(uslab_cpu_push_(cpu_fast(c), obj, s->fp_offset)))
+	if (likely(uslab_cpu_push_(cpu_fast(c), obj, s->fp_offset, fp_key)))
 		return;
 	cache_free_slow(s, c, obj);
 }

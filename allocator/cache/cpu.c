@@ -115,7 +115,7 @@ static void cpu_stats_fold(struct uslab_cache *s, struct cpu_slab *c, unsigned r
  */
 static void flush_foreign(struct uslab_cache *s, struct cpu_slab *c)
 {
-	void *keep = NULL, **link = &keep;
+	void *keep = NULL, *keep_tail = NULL;
 	struct slab *run = NULL;
 	void *head = NULL, *tail = NULL;
 	unsigned cnt = 0, kept = 0, gone = 0;
@@ -123,8 +123,11 @@ static void flush_foreign(struct uslab_cache *s, struct cpu_slab *c)
 	for (void *p = c->freelist, *next; p; p = next) {
 		next = fp_get(s, p);
 		if ((uintptr_t)p - c->base < c->span) {
-			*link = p;
-			link = (void **)((char *)p + s->fp_offset);
+			if (keep_tail)
+				fp_set(s, keep_tail, p);
+			else
+				keep = p;
+			keep_tail = p;
 			kept++;
 			continue;
 		}
@@ -144,7 +147,8 @@ static void flush_foreign(struct uslab_cache *s, struct cpu_slab *c)
 			cnt++;
 		}
 	}
-	*link = NULL;
+	if (keep_tail)
+		fp_set(s, keep_tail, NULL);
 	if (run) {
 		slab_free_chain(s, c, run, head, tail, cnt);
 		gone += cnt;
@@ -385,7 +389,7 @@ void *cache_alloc_slow(struct uslab_cache *s)
 	stat_add(s, STAT_ALLOC_SLOW, 1);
 	if (!c->freelist && !cpu_refill(s, c))
 		return NULL;
-	return uslab_cpu_pop_(cpu_fast(c), s->fp_offset);
+	return uslab_cpu_pop_(cpu_fast(c), s->fp_offset, fp_key);
 }
 
 struct slab *object_slab(struct uslab_cache *s, void *obj, const char *call)
@@ -462,7 +466,7 @@ void slab_free_cached(struct uslab_cache *s, struct slab *slab, void *obj)
 	if (!c->foreign_left)   /* budget spent, or a new cpu slab */
 		flush_foreign(s, c);
 	c->foreign_left--;
-	uslab_cpu_link_(cpu_fast(c), obj, s->fp_offset);
+	uslab_cpu_link_(cpu_fast(c), obj, s->fp_offset, fp_key);
 }
 
 /*

@@ -19,7 +19,7 @@ extern "C" {
 #endif
 
 #define USLAB_VERSION_MAJOR 0
-#define USLAB_VERSION_MINOR 1
+#define USLAB_VERSION_MINOR 2
 
 /* ---- object caches ------------------------------------------------------ */
 
@@ -180,9 +180,16 @@ void uslab_stats_json(FILE *out);
  * the slow path. The symbols stay exported, so the
  * functions' addresses, dlsym and -O0 builds work as for any function.
  *
+ * Free pointers are stored encoded: the word an object keeps is
+ * next ^ (the word's own address) ^ key, key a random secret of the process
+ * (a copy of it heads every thread's heap), so a leaked word reveals no heap
+ * address, and a word overwritten after the free decodes to noise rather
+ * than to an address of the writer's choosing.
+ *
  * The structures below mirror the first fields of uslab's private ones (the
- * library checks the offsets at compile time): they are part of the ABI of
- * USLAB_VERSION_MAJOR. Define USLAB_NO_INLINE before including this header
+ * library checks the offsets at compile time): they, the encoding and the
+ * TLS symbol's name are part of the ABI of USLAB_VERSION_MAJOR.MINOR while
+ * the major version is 0. Define USLAB_NO_INLINE before including this header
  * to always call the library; USLAB_INLINE_FAST_PATHS says whether a
  * translation unit got the inline versions (GCC or Clang, optimising).
  */
@@ -202,6 +209,10 @@ struct USLAB_MAY_ALIAS_ uslab_cpu_cache_ {   /* per thread, per cache */
 	unsigned long long fast_frees;   /* frees pushed here (statistics) */
 	unsigned int private2_[2];
 };
+struct USLAB_MAY_ALIAS_ uslab_heap_head_ {   /* the head of a thread's heap */
+	unsigned long fp_key;            /* the free-pointer key (0: no heap yet) */
+};
+typedef unsigned long USLAB_MAY_ALIAS_ uslab_word_;
 struct uslab_cache_fast_ {           /* the head of struct uslab_cache */
 	unsigned int inline_offset;      /* byte offset of the cpu slab these paths use
 					    in a thread's heap (an always-empty one for a
@@ -209,26 +220,39 @@ struct uslab_cache_fast_ {           /* the head of struct uslab_cache */
 };
 
 /*
- * The fast paths, defined once: these three serve the inline functions
- * below, the library's own uslab_cache_alloc/free, and malloc and free.
- * fp_offset is where an object keeps its free pointer (0 but for caches
- * with a constructor). No atomic instruction, no lock, no call.
+ * The fast paths, defined once: these serve the inline functions below, the
+ * library's own uslab_cache_alloc/free, and malloc and free. fp_offset is
+ * where an object keeps its free pointer (0 but for caches with a
+ * constructor), key the free-pointer key. No atomic instruction, no lock,
+ * no call.
  */
+/* The free pointer kept at slot, decoded; and stored, encoded. */
+USLAB_CORE_INLINE_ void *uslab_fp_load_(const void *slot, unsigned long key)
+{
+	return (void *)(*(const uslab_word_ *)slot ^ (unsigned long)slot ^ key);
+}
+
+USLAB_CORE_INLINE_ void uslab_fp_store_(void *slot, const void *next, unsigned long key)
+{
+	*(uslab_word_ *)slot = (unsigned long)next ^ (unsigned long)slot ^ key;
+}
+
 /* The next object of the cpu freelist, or NULL when it is empty. */
-USLAB_CORE_INLINE_ void *uslab_cpu_pop_(struct uslab_cpu_cache_ *c, unsigned long fp_offset)
+USLAB_CORE_INLINE_ void *uslab_cpu_pop_(struct uslab_cpu_cache_ *c, unsigned long fp_offset,
+				       unsigned long key)
 {
 	void *obj = c->freelist;
 
 	if (__builtin_expect(obj != 0, 1))
-		c->freelist = *(void **)(void *)((char *)obj + fp_offset);
+		c->freelist = uslab_fp_load_((char *)obj + fp_offset, key);
 	return obj;
 }
 
 /* obj onto the cpu freelist, unchecked. */
 USLAB_CORE_INLINE_ void uslab_cpu_link_(struct uslab_cpu_cache_ *c, void *obj,
-				       unsigned long fp_offset)
+				       unsigned long fp_offset, unsigned long key)
 {
-	*(void **)(void *)((char *)obj + fp_offset) = c->freelist;
+	uslab_fp_store_((char *)obj + fp_offset, c->freelist, key);
 	c->freelist = obj;
 	c->fast_frees++;
 }
@@ -237,10 +261,10 @@ USLAB_CORE_INLINE_ void uslab_cpu_link_(struct uslab_cpu_cache_ *c, void *obj,
  * the list's head; 0 otherwise (another slab's, NULL, a double free: the
  * caller's slow path tells them apart). */
 USLAB_CORE_INLINE_ int uslab_cpu_push_(struct uslab_cpu_cache_ *c, void *obj,
-				      unsigned long fp_offset)
+				      unsigned long fp_offset, unsigned long key)
 {
 	if (__builtin_expect((unsigned long)obj - c->base < c->span && obj != c->freelist, 1)) {
-		uslab_cpu_link_(c, obj, fp_offset);
+		uslab_cpu_link_(c, obj, fp_offset, key);
 		return 1;
 	}
 	return 0;
@@ -249,20 +273,23 @@ USLAB_CORE_INLINE_ int uslab_cpu_push_(struct uslab_cpu_cache_ *c, void *obj,
 #if !defined(USLAB_NO_INLINE) && !defined(USLAB_BUILDING_LIBRARY) && defined(__GNUC__) && \
 	defined(__OPTIMIZE__)
 #define USLAB_INLINE_FAST_PATHS 1
-extern __thread char *uslab_tls_heap_ __attribute__((tls_model("initial-exec")));
+extern __thread char *uslab_tls_heap_ __asm__("uslab_tls_heap_v2_")
+	__attribute__((tls_model("initial-exec")));
 
 #define USLAB_FAST_INLINE_ extern __inline __attribute__((__gnu_inline__, __always_inline__))
 /* the library's out-of-line functions (aliases of the two below) */
 void *uslab__cache_alloc(struct uslab_cache *cache);
 void uslab__cache_free(struct uslab_cache *cache, void *obj);
 
-/* the calling thread's cpu slab for the cache (the empty one before it has a heap) */
+/* the calling thread's cpu slab for the cache (the empty one before it has a
+ * heap), and the free-pointer key its heap holds */
 #define USLAB_CPU_CACHE_(s) ((struct uslab_cpu_cache_ *)(void *)(uslab_tls_heap_ + (s)->inline_offset))
+#define USLAB_FP_KEY_() (((const struct uslab_heap_head_ *)(const void *)uslab_tls_heap_)->fp_key)
 
 USLAB_FAST_INLINE_ void *uslab_cache_alloc(struct uslab_cache *cache)
 {
 	const struct uslab_cache_fast_ *s = (const struct uslab_cache_fast_ *)(const void *)cache;
-	void *obj = uslab_cpu_pop_(USLAB_CPU_CACHE_(s), 0);
+	void *obj = uslab_cpu_pop_(USLAB_CPU_CACHE_(s), 0, USLAB_FP_KEY_());
 
 	if (__builtin_expect(obj != 0, 1))
 		return obj;
@@ -273,12 +300,13 @@ USLAB_FAST_INLINE_ void uslab_cache_free(struct uslab_cache *cache, void *obj)
 {
 	const struct uslab_cache_fast_ *s = (const struct uslab_cache_fast_ *)(const void *)cache;
 
-	if (__builtin_expect(uslab_cpu_push_(USLAB_CPU_CACHE_(s), obj, 0), 1))
+	if (__builtin_expect(uslab_cpu_push_(USLAB_CPU_CACHE_(s), obj, 0, USLAB_FP_KEY_()), 1))
 		return;
 	uslab__cache_free(cache, obj);   /* checks, other slabs */
 }
 #undef USLAB_FAST_INLINE_
 #undef USLAB_CPU_CACHE_
+#undef USLAB_FP_KEY_
 #endif
 
 #ifdef __cplusplus

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -131,4 +132,21 @@ uint64_t os_now_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* 64 random bits from the kernel, never 0. Without getrandom (a kernel older
+ * than 3.17, or a seccomp filter), the clock and an address: weaker, but
+ * still different from run to run and process to process. */
+uint64_t os_random64(void)
+{
+	uint64_t r = 0;
+	struct timespec ts;
+
+	if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != (ssize_t)sizeof(r)) {
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		r = ((uint64_t)ts.tv_nsec << 32 ^ (uint64_t)ts.tv_sec ^ (uintptr_t)&ts) *
+		    0x9e3779b97f4a7c15ull;
+		r ^= (uint64_t)getpid() << 17;
+	}
+	return r ? r : 0x9e3779b97f4a7c15ull;
 }

@@ -18,6 +18,24 @@
 
 __thread char *tls_stat_rows __attribute__((tls_model("initial-exec")));
 
+uintptr_t fp_key;
+
+/* The key, set on first use: racing first callers agree through the CAS
+ * (acq_rel, and a loser acquires the winner's key). Later readers reach
+ * fp_key only through a slab or a heap made after it, published with
+ * release/acquire of their own. */
+uintptr_t fp_key_setup(void)
+{
+	uintptr_t key = READ_ONCE(fp_key), none = 0;
+
+	if (likely(key))
+		return key;
+	key = (uintptr_t)os_random64();
+	if (!try_cmpxchg_acq_rel(&fp_key, &none, key))
+		key = none;
+	return key;
+}
+
 /* ---- partial list (list_lock held) ----------------------------------------- */
 
 static void add_partial(struct uslab_cache *s, struct slab *slab)
@@ -70,7 +88,10 @@ static void list_lock_across(struct uslab_cache *s, bool *locked, bool want)
 struct slab *slab_new(struct uslab_cache *s)
 {
 	bool fresh;
-	struct slab *slab = segment_alloc_units(s->units, SLAB_KIND_SLAB, &fresh);
+	struct slab *slab;
+
+	fp_key_setup();   /* before the first link is written */
+	slab = segment_alloc_units(s->units, SLAB_KIND_SLAB, &fresh);
 
 	if (!slab)
 		return NULL;

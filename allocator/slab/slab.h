@@ -30,6 +30,8 @@
 #define USLAB_SLAB_H
 
 #include "segment.h"
+#define USLAB_BUILDING_LIBRARY 1   /* uslab.h: no inline fast paths in here */
+#include "uslab.h"
 
 #pragma GCC visibility push(hidden)
 
@@ -170,15 +172,25 @@ static inline void stat_add(struct uslab_cache *s, enum cache_stat id, long n)
 
 /* ---- objects ------------------------------------------------------------------- */
 
+/*
+ * The free-pointer key (uslab.h: a free object's link is stored as
+ * next ^ its own address ^ key). Set once, from the kernel's random bits,
+ * before the first slab is made (fp_key_setup, by slab_new and by the
+ * cache layer before it copies the key into a new heap); no link exists
+ * before it.
+ */
+extern uintptr_t fp_key;
+uintptr_t fp_key_setup(void);
+
 /* The free pointer: the one pair of helpers. */
 static inline void *fp_get(const struct uslab_cache *s, const void *obj)
 {
-	return *(void *const *)((const char *)obj + s->fp_offset);
+	return uslab_fp_load_((const char *)obj + s->fp_offset, fp_key);
 }
 
 static inline void fp_set(const struct uslab_cache *s, void *obj, void *fp)
 {
-	*(void **)((char *)obj + s->fp_offset) = fp;
+	uslab_fp_store_((char *)obj + s->fp_offset, fp, fp_key);
 }
 
 /*
@@ -225,7 +237,7 @@ static inline void slab_clear_owner(struct slab *slab)
  * that obj belongs there and is not the head (double free). */
 static inline void slab_local_push(struct slab *slab, void *obj, uint32_t fp_offset)
 {
-	*(void **)((char *)obj + fp_offset) = slab->local_free;
+	uslab_fp_store_((char *)obj + fp_offset, slab->local_free, fp_key);
 	slab->local_free = obj;
 	slab->local_count++;
 }

@@ -921,11 +921,11 @@ static const struct misuse_case cases[] = {
 	  "abort: invalid pointer", NULL, false },
 	/* writes after free */
 	{ "uaf_link_small", case_uaf_link_small,
-	  "free(p); *(void **)p = &target; malloc, 64 B", "abort", KW("wrong"), false },
+	  "free(p); *(void **)p = &target; malloc, 64 B", "abort", KW("crash"), false },
 	{ "uaf_link_small_garbage", case_uaf_link_small_garbage,
 	  "free(p); *(void **)p = 0x4141...; malloc", "abort", KW("crash"), false },
 	{ "uaf_link_small_null", case_uaf_link_small_null, "free(p); *(void **)p = NULL; malloc",
-	  "abort", KW("silent"), false },
+	  "abort", KW("crash"), false },
 	{ "uaf_second_word", case_uaf_second_word, "free(p); p[8..16) = 0; free(p)",
 	  "abort: double free", NULL, false },
 	{ "uaf_tail_small", case_uaf_tail_small, "free(p); write p[32..64); malloc", "abort",
@@ -941,7 +941,7 @@ static const struct misuse_case cases[] = {
 	  KW("silent"), false },
 	{ "overflow_into_free", case_overflow_into_free,
 	  "an address written past a block into its free neighbour; malloc", "abort",
-	  KW("wrong"), false },
+	  KW("crash"), false },
 	{ "overflow_large", case_overflow_large, "64 bytes past a 100 KiB block", "silent", NULL,
 	  false },
 	/* requests to refuse, and edges */
@@ -990,7 +990,7 @@ static const struct misuse_case cases[] = {
 	{ "cache_free_after_destroy", case_cache_free_after_destroy, "free into a destroyed cache",
 	  "abort", NULL, false },
 	{ "cache_uaf_link", case_cache_uaf_link, "cache object's first word written after free",
-	  "abort", KW("wrong"), false },
+	  "abort", KW("crash"), false },
 	{ "cache_create_bad", case_cache_create_bad, "create with size 0, align 3, size 2^40", "ok",
 	  NULL, false },
 };

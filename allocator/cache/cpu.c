@@ -429,7 +429,7 @@ free_local_or_remote(struct uslab_cache *s, struct slab *slab, void *obj)
 
 	if (owner == thread_self()) {
 		if (unlikely(obj == slab->local_free))
-			uslab_fatal("free", obj, "double free");
+			uslab_fatal(cache_free_call(s), obj, "double free");
 		slab_local_push(slab, obj, s->fp_offset);
 		return;
 	}
@@ -462,7 +462,7 @@ void slab_free_cached(struct uslab_cache *s, struct slab *slab, void *obj)
 		return;
 	}
 	if (unlikely(obj == c->freelist))
-		uslab_fatal("free", obj, "double free");
+		uslab_fatal(cache_free_call(s), obj, "double free");
 	if (!c->foreign_left)   /* budget spent, or a new cpu slab */
 		flush_foreign(s, c);
 	c->foreign_left--;
@@ -481,7 +481,7 @@ noinline void cache_free_slow(struct uslab_cache *s, struct cpu_slab *c, void *o
 	/* the fast path refuses an object of the active slab only when it is
 	 * the freelist's head: freed already */
 	if (unlikely(obj == c->freelist))
-		uslab_fatal("free", obj, "double free");
+		uslab_fatal(cache_free_call(s), obj, "double free");
 	struct slab *slab = ptr_to_slab(obj);
 	if (likely(slab && slab->cache == s &&
 		   object_offset_valid(s->obj_magic, s->obj_limit, (uintptr_t)obj - slab->base))) {

@@ -80,7 +80,7 @@ static void msg_free_objects(struct uslab_cache *s, struct remote_msg *m, struct
 			void *top = slab->local_free;
 
 			if (unlikely(top && (top == head || top == tail)))
-				uslab_fatal("free", top, "double free");
+				uslab_fatal(cache_free_call(s), top, "double free");
 			fp_set(s, tail, top);
 			slab->local_free = head;
 			slab->local_count += j - i;
@@ -200,7 +200,7 @@ noinline void free_by_message(struct uslab_cache *s, struct slab *slab, void *ob
 	box = heap_outbox(h, s->id);
 	m = *box;
 	if (unlikely(m && m->count && m->obj[m->count - 1] == obj))
-		uslab_fatal("free", obj, "double free");
+		uslab_fatal(cache_free_call(s), obj, "double free");
 	if (m && m->to != to) {
 		*box = NULL;
 		msg_send(h, m);

@@ -242,7 +242,7 @@ void slab_unfreeze(struct uslab_cache *s, struct slab *slab, void *head, void *t
 		/* more objects given back than the word counts in use: one of
 		 * them was freed twice (its chain holds it twice) */
 		if (unlikely(ctr_inuse(old.hi) < n))
-			uslab_fatal("free", head, "double free");
+			uslab_fatal(cache_free_call(s), head, "double free");
 		if (tail)
 			fp_set(s, tail, (void *)old.lo);
 		inuse = ctr_inuse(old.hi) - n;
@@ -296,7 +296,7 @@ bool __slab_free(struct uslab_cache *s, struct slab *slab, void *head, void *tai
 		void *prior = (void *)old.lo;
 
 		if (unlikely(ctr_inuse(old.hi) < cnt || prior == head))
-			uslab_fatal("free", head, "double free");
+			uslab_fatal(cache_free_call(s), head, "double free");
 		fp_set(s, tail, prior);
 		inuse = ctr_inuse(old.hi) - cnt;
 		was_frozen = frozen = ctr_frozen(old.hi);

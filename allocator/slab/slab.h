@@ -172,6 +172,14 @@ static inline void stat_add(struct uslab_cache *s, enum cache_stat id, long n)
 
 /* ---- objects ------------------------------------------------------------------- */
 
+/* The call that frees s's objects, for messages: malloc's caches' are
+ * freed by free() (and realloc), the others' by uslab_cache_free (or its
+ * bulk form). */
+static inline const char *cache_free_call(const struct uslab_cache *s)
+{
+	return s->flags & CACHE_MALLOC ? "free" : "uslab_cache_free";
+}
+
 /*
  * The free-pointer key (uslab.h: a free object's link is stored as
  * next ^ its own address ^ key). Set once, from the kernel's random bits,

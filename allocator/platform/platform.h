@@ -154,6 +154,59 @@ size_t os_page_size(void);
 uint64_t os_now_ms(void);
 uint64_t os_random64(void);   /* from the kernel (getrandom); never 0 */
 
+/* ---- AddressSanitizer in the program -------------------------------------------------
+ * A program built with -fsanitize=address carries ASan's runtime, and with
+ * it these two functions; a library not itself instrumented then marks the
+ * memory of free cache objects poisoned, so that the program's reads and
+ * writes of it are reported (the library's own, uninstrumented, are not).
+ * The references are weak and of default visibility: resolved to the
+ * program's runtime when there is one, else NULL. An instrumented build of
+ * the library (the asan preset) checks its own accesses instead, and does
+ * not poison. */
+#if defined(__SANITIZE_ADDRESS__)
+#define SAN_HOOKS 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SAN_HOOKS 0
+#endif
+#endif
+#ifndef SAN_HOOKS
+#define SAN_HOOKS 1
+void __asan_poison_memory_region(void const volatile *addr, size_t size)
+	__attribute__((weak, visibility("default")));
+void __asan_unpoison_memory_region(void const volatile *addr, size_t size)
+	__attribute__((weak, visibility("default")));
+#endif
+
+static inline bool san_active(void)
+{
+#if SAN_HOOKS
+	return __asan_poison_memory_region != NULL;
+#else
+	return false;
+#endif
+}
+
+static inline void san_poison(const void *p, size_t n)
+{
+#if SAN_HOOKS
+	if (san_active())
+		__asan_poison_memory_region(p, n);
+#else
+	(void)p, (void)n;
+#endif
+}
+
+static inline void san_unpoison(const void *p, size_t n)
+{
+#if SAN_HOOKS
+	if (san_active())
+		__asan_unpoison_memory_region(p, n);
+#else
+	(void)p, (void)n;
+#endif
+}
+
 /* ---- threads -------------------------------------------------------------------- */
 
 /* The process has never made a second thread (glibc's

@@ -27,12 +27,18 @@ static uint64_t cache_ids[MAX_CACHES / 64] = { [0 ... MAX_CACHES / 64 - 1] = 1ul
 
 /* ---- the API ------------------------------------------------------------------------ */
 
-/* Under a program's AddressSanitizer (platform.h: san_active) a free object
- * is poisoned whole, an allocated one unpoisoned for its size, so the
- * program's reads and writes of free objects, and past an object's size
- * into its slot's padding, are reported. Such a cache's inline_offset names
- * the always-empty cpu slab (cache_setup), so every call comes here. */
-static noinline void san_alloc(struct uslab_cache *s, void *obj)
+/*
+ * A cache watched by the program's checker (CACHE_WATCHED: AddressSanitizer
+ * in the program, or valgrind's memcheck underneath; platform.h) tells it
+ * which of its memory is whose: an allocated object is addressable for its
+ * size (ASan: its slot's padding poisoned; memcheck: a malloc-like block,
+ * undefined, or defined for a constructor's cache), a free one is not (ASan:
+ * its whole slot poisoned; memcheck: a freed block, but for the word that
+ * keeps its free pointer, which the library writes and reads). Such a
+ * cache's inline_offset names the always-empty cpu slab (cache_setup), so
+ * every call comes here.
+ */
+static noinline void watch_alloc(struct uslab_cache *s, void *obj)
 {
 	size_t n = round_up(s->size, 8);   /* ASan's granule */
 
@@ -41,28 +47,49 @@ static noinline void san_alloc(struct uslab_cache *s, void *obj)
 	san_unpoison(obj, s->size);
 	if (n < s->stride)   /* a fresh slot's padding was never poisoned */
 		san_poison((char *)obj + n, s->stride - n);
+#if VG_HOOKS
+	if (vg_running()) {
+		char *end = (char *)obj + s->size, *fp = (char *)obj + s->fp_offset;
+
+		VALGRIND_MALLOCLIKE_BLOCK(obj, s->size, 0, s->ctor != NULL);
+		/* the slot's padding is no one's, but for a constructor's cache
+		 * the free-pointer word kept there */
+		if (fp >= end) {
+			VALGRIND_MAKE_MEM_NOACCESS(end, fp - end);
+			end = fp + sizeof(void *);
+		}
+		VALGRIND_MAKE_MEM_NOACCESS(end, (char *)obj + s->stride - end);
+	}
+#endif
 }
 
-static noinline void san_free(struct uslab_cache *s, void *obj)
+static noinline void watch_free(struct uslab_cache *s, void *obj)
 {
-	if (obj)
-		san_poison(obj, s->stride);
+	if (!obj)
+		return;
+	san_poison(obj, s->stride);
+#if VG_HOOKS
+	if (vg_running()) {
+		VALGRIND_FREELIKE_BLOCK(obj, 0);
+		VALGRIND_MAKE_MEM_DEFINED((char *)obj + s->fp_offset, sizeof(void *));
+	}
+#endif
 }
 
 USLAB_API void *uslab_cache_alloc(struct uslab_cache *cache)
 {
 	void *obj = cache_alloc_fast(cache);
 
-	if (unlikely(san_active()))
-		san_alloc(cache, obj);
+	if (unlikely(cache->flags & CACHE_WATCHED))
+		watch_alloc(cache, obj);
 	return obj;
 }
 
 USLAB_API void uslab_cache_free(struct uslab_cache *cache, void *obj)
 {
 	/* before the free: once given back, another thread may take it */
-	if (unlikely(san_active()))
-		san_free(cache, obj);
+	if (unlikely(cache->flags & CACHE_WATCHED))
+		watch_free(cache, obj);
 	cache_free_fast(cache, obj);   /* NULL falls through to the slow path */
 }
 
@@ -75,8 +102,8 @@ USLAB_API size_t uslab_cache_alloc_bulk(struct uslab_cache *cache, size_t n, voi
 {
 	for (size_t i = 0; i < n; i++) {
 		objs[i] = cache_alloc_fast(cache);
-		if (unlikely(san_active()))
-			san_alloc(cache, objs[i]);
+		if (unlikely(cache->flags & CACHE_WATCHED))
+			watch_alloc(cache, objs[i]);
 		if (unlikely(!objs[i])) {
 			uslab_cache_free_bulk(cache, i, objs);
 			errno = ENOMEM;
@@ -124,13 +151,13 @@ USLAB_API void uslab_cache_free_bulk(struct uslab_cache *cache, size_t n, void *
 		size_t first = i;
 
 		bulk_mark(cache, slab, obj, seen);
-		if (unlikely(san_active()))
-			san_free(cache, obj);
+		if (unlikely(cache->flags & CACHE_WATCHED))
+			watch_free(cache, obj);
 		for (i++; i < n && objs[i] && ptr_to_slab(objs[i]) == slab; i++, cnt++) {
 			object_slab(cache, objs[i], "uslab_cache_free_bulk");
 			bulk_mark(cache, slab, objs[i], seen);
-			if (unlikely(san_active()))
-				san_free(cache, objs[i]);
+			if (unlikely(cache->flags & CACHE_WATCHED))
+				watch_free(cache, objs[i]);
 			fp_set(cache, objs[i], head);
 			head = objs[i];
 		}
@@ -293,8 +320,10 @@ int cache_setup(struct uslab_cache *s, const char *name, size_t size, size_t ali
 		s->stat_off = heap_stat_off((unsigned)id, row);
 		/* uslab.h's inline paths serve a cache through the always-empty
 		 * cpu slab (so never) when its free pointer is not at offset 0,
-		 * or when the program's AddressSanitizer is to see its objects */
-		s->inline_offset = s->fp_offset || (san_active() && !(flags & CACHE_MALLOC)) ?
+		 * or when a checker in the program is to see its objects */
+		if ((san_active() || vg_running()) && !(flags & CACHE_MALLOC))
+			s->flags |= CACHE_WATCHED;
+		s->inline_offset = s->fp_offset || (s->flags & CACHE_WATCHED) ?
 				   (uint32_t)(offsetof(struct thread_heap, cpu) +
 					      NEVER_USED_ID * sizeof(struct cpu_slab)) : s->cpu_offset;
 		/* s reaches other threads through the registry lock (walks),

@@ -6,6 +6,8 @@
 #define _GNU_SOURCE
 #include "platform.h"
 
+int vg_state = -1;
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>

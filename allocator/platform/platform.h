@@ -207,6 +207,43 @@ static inline void san_unpoison(const void *p, size_t n)
 #endif
 }
 
+/* ---- valgrind's memcheck --------------------------------------------------------------
+ * Built where valgrind's headers are: its client requests, a few
+ * instructions that do nothing outside valgrind. vg_running() asks once. */
+#if defined(__has_include)
+#if __has_include(<valgrind/memcheck.h>)
+#include <valgrind/memcheck.h>
+#define VG_HOOKS 1
+#endif
+#endif
+#ifndef VG_HOOKS
+#define VG_HOOKS 0
+#endif
+
+extern int vg_state;   /* platform.c: -1 not asked yet, else 0 or 1 */
+
+static inline bool vg_running(void)
+{
+#if VG_HOOKS
+	if (unlikely(READ_ONCE(vg_state) < 0))   /* racy first calls agree */
+		WRITE_ONCE(vg_state, RUNNING_ON_VALGRIND ? 1 : 0);
+	return READ_ONCE(vg_state);
+#else
+	return false;
+#endif
+}
+
+/* Memory that may serve anything next (a slab going back to its segment):
+ * neither poisoned for ASan nor out of bounds for memcheck. */
+static inline void mem_unwatch(void *p, size_t n)
+{
+	san_unpoison(p, n);
+#if VG_HOOKS
+	if (vg_running())
+		VALGRIND_MAKE_MEM_UNDEFINED(p, n);
+#endif
+}
+
 /* ---- threads -------------------------------------------------------------------- */
 
 /* The process has never made a second thread (glibc's

@@ -177,8 +177,8 @@ void slab_discard(struct uslab_cache *s, struct slab *slab)
 	atomic_long_dec(&s->nr_slabs);
 	atomic_long_inc(&s->slabs_freed);
 	stat_add(s, STAT_SLAB_FREED, 1);
-	/* its memory may serve anything next: nothing of it stays poisoned */
-	san_unpoison((void *)slab->base, (size_t)s->units << UNIT_SHIFT);
+	/* its memory may serve anything next: nothing of it stays watched */
+	mem_unwatch((void *)slab->base, (size_t)s->units << UNIT_SHIFT);
 	segment_free_units(slab);
 }
 

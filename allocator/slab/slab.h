@@ -105,6 +105,7 @@ enum cache_stat {
 
 /* Internal cache flags, above uslab.h's public ones. */
 #define CACHE_MALLOC 0x10000u   /* malloc's objects: free-check fields in every unit */
+#define CACHE_WATCHED 0x20000u  /* the program's ASan or memcheck sees its objects */
 
 struct uslab_cache {
 	/* read by the fast paths; the first by uslab.h's inline ones, which

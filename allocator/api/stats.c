@@ -2,11 +2,12 @@
 /*
  * stats.c - the statistics report: a table for people, JSON for tools.
  *
- * Both are written through a small buffer with write(2) (or to a FILE),
- * so a report at exit or on a signal allocates nothing. A signal only asks
- * (deferred work, platform.h); the next allocation slow path of any thread
- * writes the report, outside every allocator lock (a handler that took the
- * locks could deadlock against the thread it interrupted).
+ * A report is gathered (struct report: the caches' rows, sorted, and an
+ * account of the committed memory from one walk of the segments), then
+ * written through a small buffer with write(2) (or to a FILE). The report
+ * at exit or from a call reads every cache's counters under the usual
+ * locks; the one a signal asks for is written by the handler itself, from
+ * what it can read without them (see "the signal" below).
  */
 #define _GNU_SOURCE
 #include "api.h"
@@ -68,47 +69,339 @@ static void out_printf(struct out *o, const char *fmt, ...)
 	o->len += (size_t)n;
 }
 
-/* ---- the table ------------------------------------------------------------------ */
+/* ---- numbers for people ------------------------------------------------------------ */
 
-static void table_row(const struct cache_report *r, void *arg)
+#define HUMAN_LEN 48
+
+/* Bytes with a binary unit and one decimal, from integers only (the signal
+ * path formats no floating point): "512 B", "16.0 KiB", "3.5 MiB". */
+static const char *human(char buf[HUMAN_LEN], size_t n)
 {
-	struct out *o = arg;
-	const long *st = r->stat;
+	static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+	size_t div = 1;
+	int u = 0;
 
-	out_printf(o, "%-18s %7zu %5zu %6zu %5zu %9ld %11ld %9ld %11ld %11ld %9ld %7ld %7ld %6ld\n",
-		   r->name, r->object_size, r->objects_per_slab, r->slabs, r->partial_slabs,
-		   r->live_objects, st[STAT_ALLOC_FAST], st[STAT_ALLOC_SLOW],
-		   st[STAT_FREE_FAST] + st[STAT_FREE_LOCAL], st[STAT_FREE_REMOTE],
-		   st[STAT_CPU_PARTIAL_PUT], st[STAT_NEW_SLAB], st[STAT_SLAB_FREED],
-		   st[STAT_DWCAS_RETRY]);
+	if (n < 1024) {
+		snprintf(buf, HUMAN_LEN, "%zu B", n);
+		return buf;
+	}
+	while (u < 4 && n / div >= 1024) {
+		div *= 1024;
+		u++;
+	}
+	size_t tenths = n / div * 10 + (n % div * 10 + div / 2) / div;
+	snprintf(buf, HUMAN_LEN, "%zu.%zu %s", tenths / 10, tenths % 10, unit[u]);
+	return buf;
 }
 
-static void write_table(struct out *o)
+/* part in % of whole, one decimal ("-" when whole is 0) */
+static const char *percent(char buf[HUMAN_LEN], size_t part, size_t whole)
 {
-	struct uslab_mallinfo mi = uslab_mallinfo();
+	if (!whole) {
+		snprintf(buf, HUMAN_LEN, "-");
+		return buf;
+	}
+	size_t pm = (part * 1000 + whole / 2) / whole;
+	snprintf(buf, HUMAN_LEN, "%zu.%zu%%", pm / 10, pm % 10);
+	return buf;
+}
 
-	out_printf(o, "uslab statistics (dwcas: %s), pid %d, %s\n", dwcas_path_name(), (int)getpid(),
-		   program_invocation_short_name);
-	out_printf(o, "  mapped %zu bytes in segments, %zu committed, %zu in use; "
-		      "%zu huge blocks, %zu bytes\n",
-		   segment_mapped_bytes(), segment_committed_bytes(), mi.uordblks, mi.hblks,
-		   mi.hblkhd);
-	out_printf(o, "  start-up arena: %zu bytes cut, %zu in live blocks (%s)\n",
-		   arena_cut_bytes(), arena_live_bytes(),
-		   READ_ONCE(kmalloc_arena_on) ? "serving" : "ended");
-	out_printf(o, "%-18s %7s %5s %6s %5s %9s %11s %9s %11s %11s %9s %7s %7s %6s\n", "cache",
-		   "objsize", "/slab", "slabs", "part", "live", "alloc_fast", "alloc_slow",
-		   "free_own", "free_remote", "cpu_part", "new", "freed", "retry");
-	caches_for_each_report(table_row, o);
+/* ---- what a report says ---------------------------------------------------------------
+ *
+ * Gathered first, then written as the table or the JSON: the rows sorted,
+ * and every byte of the account taken from one walk of the segments, so its
+ * parts add up to its total.
+ */
+
+enum row_kind { ROW_CACHE, ROW_LARGE, ROW_HUGE, ROW_ARENA };
+
+struct row {
+	char name[sizeof(((struct uslab_cache *)0)->name)];
+	enum row_kind kind;
+	size_t size, object_size, objects_per_slab, slab_bytes;
+	size_t slabs, partial_slabs;
+	long live;                     /* objects, or blocks (large, huge) */
+	size_t memory, used;
+	long stat[NR_CACHE_STATS];
+};
+
+struct report {
+	const char *origin;            /* "exit", "call", "signal" */
+	bool counters;                 /* the rows carry the counters (not the signal's) */
+	struct seg_account seg;
+	size_t objects_bytes;          /* slab slots counted in use: inuse x stride */
+	size_t huge_blocks, huge_bytes, huge_kept, arena_cut, arena_live, meta_mapped;
+	size_t mapped;                 /* segments mapped + what the arena has cut */
+	bool arena_on;
+	struct row *rows;
+	size_t nrows, cap, ncaches;
+};
+
+static size_t report_total(const struct report *r)
+{
+	return r->seg.committed_bytes + r->huge_bytes + r->huge_kept + r->arena_cut;
+}
+
+static size_t report_in_use(const struct report *r)
+{
+	return r->objects_bytes + r->seg.large_bytes + r->arena_live;
+}
+
+static bool row_before(const struct row *a, const struct row *b)
+{
+	if (a->memory != b->memory)
+		return a->memory > b->memory;
+	return strcmp(a->name, b->name) < 0;
+}
+
+/* Largest memory first (ties by name): a shell sort, in place, no memory. */
+static void rows_sort(struct row *rows, size_t n)
+{
+	for (size_t gap = n / 2; gap; gap = gap == 2 ? 1 : gap * 5 / 11) {
+		for (size_t i = gap; i < n; i++) {
+			struct row t = rows[i];
+			size_t j = i;
+
+			for (; j >= gap && row_before(&t, &rows[j - gap]); j -= gap)
+				rows[j] = rows[j - gap];
+			rows[j] = t;
+		}
+	}
+}
+
+static struct row *row_add(struct report *r, const char *name, enum row_kind kind)
+{
+	if (r->nrows >= r->cap)
+		return NULL;
+	struct row *w = &r->rows[r->nrows++];
+
+	memset(w, 0, sizeof(*w));
+	snprintf(w->name, sizeof(w->name), "%s", name);
+	w->kind = kind;
+	return w;
+}
+
+/* The rows for what is not in a cache: large and huge blocks, the arena. */
+static void rows_add_blocks(struct report *r)
+{
+	struct row *w;
+
+	if (r->seg.large_runs && (w = row_add(r, "large blocks", ROW_LARGE))) {
+		w->live = (long)r->seg.large_runs;
+		w->memory = w->used = r->seg.large_bytes;
+	}
+	if (r->huge_blocks && (w = row_add(r, "huge blocks", ROW_HUGE))) {
+		w->live = (long)r->huge_blocks;
+		w->memory = w->used = r->huge_bytes;
+	}
+	if (r->arena_cut && (w = row_add(r, "start-up arena", ROW_ARENA))) {
+		w->live = -1;   /* blocks not counted */
+		w->memory = r->arena_cut;
+		w->used = r->arena_live;
+	}
+}
+
+/* Everything outside the caches' rows: atomics and a walk. */
+static bool report_totals(struct report *r, void (*head_fn)(struct slab *, void *), bool try)
+{
+	r->objects_bytes = 0;
+	if (!segment_account(&r->seg, head_fn, r, try))
+		return false;
+	r->huge_blocks = kmalloc_huge_count();
+	r->huge_bytes = kmalloc_huge_bytes();
+	r->huge_kept = range_cache_bytes();
+	r->arena_cut = arena_cut_bytes();
+	r->arena_live = arena_live_bytes();
+	r->arena_on = READ_ONCE(kmalloc_arena_on);
+	r->meta_mapped = meta_mapped_bytes();
+	r->mapped = segment_mapped_bytes() + r->arena_cut;
+	return true;
+}
+
+static void cache_row(const struct cache_report *c, void *arg)
+{
+	struct report *r = arg;
+	struct row *w = row_add(r, c->name, ROW_CACHE);
+
+	if (!w)
+		return;
+	w->size = c->size;
+	w->object_size = c->object_size;
+	w->objects_per_slab = c->objects_per_slab;
+	w->slab_bytes = c->slab_bytes;
+	w->slabs = c->slabs;
+	w->partial_slabs = c->partial_slabs;
+	w->live = c->live_objects;
+	w->memory = c->slabs * c->slab_bytes;
+	w->used = (size_t)(c->live_objects > 0 ? c->live_objects : 0) * c->object_size;
+	memcpy(w->stat, c->stat, sizeof(w->stat));
+	r->ncaches++;
+}
+
+/* The whole report, from a thread (exit, a call, the deferred signal):
+ * every cache's counters; may take locks and allocate metadata. */
+static bool report_gather(struct report *r, const char *origin)
+{
+	memset(r, 0, sizeof(*r));
+	r->origin = origin;
+	r->counters = true;
+	r->cap = MAX_CACHES + 3;
+	r->rows = meta_alloc(r->cap * sizeof(*r->rows));
+	if (!r->rows)
+		return false;
+	caches_for_each_report(cache_row, r);
+	report_totals(r, NULL, false);
+	/* objects in use as the rows count them: the reporting thread's cached
+	 * objects are free, other threads' count as live (docs/stats.md) */
+	for (size_t i = 0; i < r->nrows; i++)
+		r->objects_bytes += r->rows[i].used;
+	if (r->objects_bytes > r->seg.slab_bytes)   /* rows and walk a moment apart */
+		r->objects_bytes = r->seg.slab_bytes;
+	rows_add_blocks(r);
+	rows_sort(r->rows, r->nrows);
+	return true;
+}
+
+static void report_release(struct report *r)
+{
+	meta_free(r->rows, r->cap * sizeof(*r->rows));
+}
+
+/* ---- the table ------------------------------------------------------------------ */
+
+static void write_account(struct out *o, const struct report *r)
+{
+	char b[HUMAN_LEN], p[HUMAN_LEN];
+	size_t total = report_total(r);
+	const struct seg_account *a = &r->seg;
+	size_t slab_free = a->slab_bytes > r->objects_bytes ? a->slab_bytes - r->objects_bytes : 0;
+
+#define LINE(label, bytes, fmt, ...)                                                         \
+	out_printf(o, "  %-22s %12s %6s  " fmt "\n", label, human(b, bytes),               \
+		   percent(p, bytes, total), __VA_ARGS__)
+	out_printf(o, "  %-22s %12s %6s  %s\n", "memory committed", human(b, total), "100%",
+		   "where it is:");
+	LINE("objects in use", r->objects_bytes, "%s", "live objects in slabs");
+	LINE("free in slabs", slab_free, "%s", "free object slots and slab tails");
+	LINE("large blocks", a->large_bytes, "%zu blocks of 32 KiB to 2 MiB", a->large_runs);
+	LINE("large, kept", a->kept_bytes, "%s", "freed large blocks threads keep for reuse");
+	LINE("huge blocks", r->huge_bytes, "%zu blocks above 2 MiB, each its own mapping",
+	     r->huge_blocks);
+	LINE("huge, kept", r->huge_kept, "%s", "freed huge mappings kept for reuse");
+	LINE("start-up arena", r->arena_cut, "%s in live blocks; %s", human(b, r->arena_live),
+	     r->arena_on ? "serving" : "ended");
+	LINE("free, not returned", a->dirty_bytes, "%s",
+	     "free memory kept for reuse: returned after USLAB_DECAY_MS or over the dirty budget");
+	LINE("segment headers", a->header_bytes, "allocator metadata: %zu segments of 4 MiB",
+	     a->segments);
+#undef LINE
+	out_printf(o, "  (not committed: %s of segments never touched or already returned; ",
+		   human(b, a->clean_bytes));
+	out_printf(o, "%s of other metadata mapped, touched in part)\n", human(b, r->meta_mapped));
+}
+
+#define TABLE_FMT "%-18s %7s %9s %9s %6s %11s %11s %6s %11s %11s %7s\n"
+
+static void write_rows(struct out *o, const struct report *r)
+{
+	char mem[HUMAN_LEN], used[HUMAN_LEN], fr[HUMAN_LEN], rem[HUMAN_LEN], live[24], slots[24], slabs[24], al[24], fe[24];
+	long tl = 0, ta = 0, tf = 0, tremote = 0;
+	size_t tslots = 0, tslabs = 0, tmem = 0, tused = 0;
+
+	out_printf(o, TABLE_FMT, "name", "objsize", "live", "slots", "slabs", "memory", "in use",
+		   "free", "allocs", "frees", "remote");
+	for (size_t i = 0; i < r->nrows; i++) {
+		const struct row *w = &r->rows[i];
+		const long *st = w->stat;
+		long allocs = st[STAT_ALLOC_FAST] + st[STAT_ALLOC_SLOW];
+		long frees = st[STAT_FREE_FAST] + st[STAT_FREE_LOCAL] + st[STAT_FREE_REMOTE];
+		long remote = st[STAT_FREE_REMOTE] + st[STAT_FOREIGN_FLUSHED];
+		size_t nslots = w->slabs * w->objects_per_slab;
+		bool cache = w->kind == ROW_CACHE;
+
+		snprintf(live, sizeof(live), w->live < 0 ? "-" : "%ld", w->live);
+		snprintf(slots, sizeof(slots), cache ? "%zu" : "-", nslots);
+		snprintf(slabs, sizeof(slabs), cache ? "%zu" : "-", w->slabs);
+		snprintf(al, sizeof(al), cache && r->counters ? "%ld" : "-", allocs);
+		snprintf(fe, sizeof(fe), cache && r->counters ? "%ld" : "-", frees);
+		if (cache && r->counters)
+			percent(rem, (size_t)(remote > 0 ? remote : 0), (size_t)(frees > 0 ? frees : 0));
+		else
+			snprintf(rem, sizeof(rem), "-");
+		char osz[24];
+		snprintf(osz, sizeof(osz), cache ? "%zu" : "-", w->object_size);
+		out_printf(o, TABLE_FMT, w->name, osz, live, slots, slabs, human(mem, w->memory),
+			   human(used, w->used), percent(fr, w->memory - (w->used < w->memory ? w->used : w->memory), w->memory),
+			   al, fe, rem);
+		tl += w->live > 0 ? w->live : 0;
+		tslots += nslots;
+		tslabs += w->slabs;
+		tmem += w->memory;
+		tused += w->used < w->memory ? w->used : w->memory;
+		if (cache) {
+			ta += allocs;
+			tf += frees;
+			tremote += remote;
+		}
+	}
+	const char *name = "total";
+	snprintf(live, sizeof(live), "%ld", tl);
+	snprintf(slots, sizeof(slots), "%zu", tslots);
+	snprintf(slabs, sizeof(slabs), "%zu", tslabs);
+	snprintf(al, sizeof(al), r->counters ? "%ld" : "-", ta);
+	snprintf(fe, sizeof(fe), r->counters ? "%ld" : "-", tf);
+	if (r->counters)
+		percent(rem, (size_t)(tremote > 0 ? tremote : 0), (size_t)(tf > 0 ? tf : 0));
+	else
+		snprintf(rem, sizeof(rem), "-");
+	out_printf(o, TABLE_FMT, name, "", live, slots, slabs, human(mem, tmem), human(used, tused),
+		   percent(fr, tmem - tused, tmem), al, fe, rem);
+}
+
+static const char legend[] =
+	"columns: objsize bytes per object slot; live objects allocated and not freed (blocks,\n"
+	"  for large and huge); slots object slots in the slabs; memory bytes in slabs (or\n"
+	"  blocks); in use live x objsize; free share of memory not in use; allocs, frees\n"
+	"  since start; remote share of frees that went back to a slab by an atomic operation\n"
+	"  (another thread's slab, or one this thread gave up). docs/stats.md has the details.\n";
+
+/* USLAB_STATS_VERBOSE: every counter of every cache, by its JSON name. */
+static void write_counters(struct out *o, const struct report *r)
+{
+	static const char *const names[NR_CACHE_STATS] = {
+#define X(id, name, doc) [STAT_##id] = name,
+		USLAB_CACHE_STATS(X)
+#undef X
+	};
+
+	out_printf(o, "counters (docs/stats.md):\n");
+	for (size_t i = 0; i < r->nrows; i++) {
+		const struct row *w = &r->rows[i];
+
+		if (w->kind != ROW_CACHE)
+			continue;
+		out_printf(o, "%s: slabs %zu, partial %zu, slab %zu bytes for %zu objects;", w->name,
+			   w->slabs, w->partial_slabs, w->slab_bytes, w->objects_per_slab);
+		for (int k = 0; k < NR_CACHE_STATS; k++)
+			out_printf(o, " %s %ld", names[k], w->stat[k]);
+		out_printf(o, "\n");
+	}
+}
+
+static void write_table(struct out *o, const struct report *r)
+{
+	out_printf(o, "uslab statistics (dwcas: %s), pid %d, %s%s\n", dwcas_path_name(),
+		   (int)getpid(), program_invocation_short_name,
+		   r->counters ? "" : " (live snapshot: occupancy, no counters)");
+	write_account(o, r);
+	write_rows(o, r);
+	out_printf(o, "%s", legend);
+	if (r->counters && option(OPT_STATS_VERBOSE))
+		write_counters(o, r);
 	out_flush(o);
 }
 
 /* ---- JSON ------------------------------------------------------------------------- */
-
-struct json_walk {
-	struct out *o;
-	int n;
-};
 
 /* A cache name as a JSON string body: quotes, backslashes and control
  * characters escaped (names come from uslab_cache_create callers). */
@@ -132,47 +425,55 @@ static const char *json_escape(const char *in, char *out, size_t size)
 	return out;
 }
 
-static void json_cache(const struct cache_report *r, void *arg)
+static void json_cache(struct out *o, const struct report *r, const struct row *w, int n)
 {
-	char name[6 * sizeof(((struct uslab_cache *)0)->name) + 1];
-	struct json_walk *w = arg;
-	struct out *o = w->o;
-	size_t memory = r->slabs * r->slab_bytes;
-	size_t used = (size_t)(r->live_objects > 0 ? r->live_objects : 0) * r->object_size;
+	char name[6 * sizeof(w->name) + 1];
 
 	out_printf(o, "%s\n    {\"name\": \"%s\", \"size\": %zu, \"object_size\": %zu, "
 		      "\"objects_per_slab\": %zu, \"slab_bytes\": %zu, \"slabs\": %zu, "
 		      "\"partial_slabs\": %zu, \"live_objects\": %ld, \"memory_bytes\": %zu, "
 		      "\"used_bytes\": %zu, \"waste_bytes\": %zu",
-		   w->n++ ? "," : "", json_escape(r->name, name, sizeof(name)), r->size,
-		   r->object_size, r->objects_per_slab,
-		   r->slab_bytes, r->slabs, r->partial_slabs, r->live_objects, memory, used,
-		   memory > used ? memory - used : 0);
-#define X(id, name, doc) out_printf(o, ", \"" name "\": %ld", r->stat[STAT_##id]);
-	USLAB_CACHE_STATS(X)
+		   n ? "," : "", json_escape(w->name, name, sizeof(name)), w->size,
+		   w->object_size, w->objects_per_slab, w->slab_bytes, w->slabs, w->partial_slabs,
+		   w->live, w->memory, w->used, w->memory > w->used ? w->memory - w->used : 0);
+	if (r->counters) {
+#define X(id, name, doc) out_printf(o, ", \"" name "\": %ld", w->stat[STAT_##id]);
+		USLAB_CACHE_STATS(X)
 #undef X
+	}
 	out_printf(o, "}");
 }
 
-static void write_json(struct out *o)
+static void write_json(struct out *o, const struct report *r)
 {
-	struct uslab_mallinfo mi = uslab_mallinfo();
-	struct json_walk w = { o, 0 };
-
+	const struct seg_account *a = &r->seg;
 	char prog[6 * 32 + 1];
+	int n = 0;
 
 	out_printf(o, "{\n  \"uslab_version\": \"%d.%d\",\n  \"dwcas\": \"%s\",\n"
-		      "  \"pid\": %d,\n  \"program\": \"%s\",\n",
+		      "  \"pid\": %d,\n  \"program\": \"%s\",\n  \"report\": \"%s\",\n",
 		   USLAB_VERSION_MAJOR, USLAB_VERSION_MINOR, dwcas_path_name(), (int)getpid(),
-		   json_escape(program_invocation_short_name, prog, sizeof(prog)));
+		   json_escape(program_invocation_short_name, prog, sizeof(prog)), r->origin);
 	out_printf(o, "  \"mapped_bytes\": %zu,\n  \"committed_bytes\": %zu,\n"
 		      "  \"in_use_bytes\": %zu,\n  \"huge_blocks\": %zu,\n  \"huge_bytes\": %zu,\n"
 		      "  \"huge_cached_bytes\": %zu,\n"
-		      "  \"startup_arena_cut_bytes\": %zu,\n  \"startup_arena_live_bytes\": %zu,\n",
-		   mi.arena, segment_committed_bytes(), mi.uordblks, mi.hblks, mi.hblkhd,
-		   range_cache_bytes(), arena_cut_bytes(), arena_live_bytes());
+		      "  \"startup_arena_cut_bytes\": %zu,\n  \"startup_arena_live_bytes\": %zu,\n"
+		      "  \"large_blocks\": %zu,\n  \"segments\": %zu,\n",
+		   r->mapped, a->committed_bytes, report_in_use(r), r->huge_blocks, r->huge_bytes,
+		   r->huge_kept, r->arena_cut, r->arena_live, a->large_runs, a->segments);
+	out_printf(o, "  \"total_committed_bytes\": %zu,\n  \"objects_bytes\": %zu,\n"
+		      "  \"slab_free_bytes\": %zu,\n  \"large_bytes\": %zu,\n"
+		      "  \"large_kept_bytes\": %zu,\n  \"dirty_bytes\": %zu,\n"
+		      "  \"segment_header_bytes\": %zu,\n  \"unused_mapped_bytes\": %zu,\n"
+		      "  \"metadata_mapped_bytes\": %zu,\n",
+		   report_total(r), r->objects_bytes,
+		   a->slab_bytes > r->objects_bytes ? a->slab_bytes - r->objects_bytes : 0,
+		   a->large_bytes, a->kept_bytes, a->dirty_bytes, a->header_bytes, a->clean_bytes,
+		   r->meta_mapped);
 	out_printf(o, "  \"caches\": [");
-	caches_for_each_report(json_cache, &w);
+	for (size_t i = 0; i < r->nrows; i++)
+		if (r->rows[i].kind == ROW_CACHE)
+			json_cache(o, r, &r->rows[i], n++);
 	out_printf(o, "\n  ]\n}\n");
 	out_flush(o);
 }
@@ -180,16 +481,24 @@ static void write_json(struct out *o)
 USLAB_API void uslab_stats_print(FILE *f)
 {
 	struct out o = { .fd = -1, .f = f };
+	struct report r;
 
-	write_table(&o);
+	if (!report_gather(&r, "call"))
+		return;
+	write_table(&o, &r);
+	report_release(&r);
 	fflush(f);
 }
 
 USLAB_API void uslab_stats_json(FILE *f)
 {
 	struct out o = { .fd = -1, .f = f };
+	struct report r;
 
-	write_json(&o);
+	if (!report_gather(&r, "call"))
+		return;
+	write_json(&o, &r);
+	report_release(&r);
 	fflush(f);
 }
 
@@ -220,45 +529,163 @@ static bool stats_path(const char *pattern, char *path, size_t size)
 	return true;
 }
 
-/* JSON to USLAB_STATS_FILE (replaced whole), else the table on stderr. */
-static void stats_dump(bool table_too)
+static void say(const char *fmt, const char *arg)
+{
+	struct out e = { .fd = stats_fd };
+
+	out_printf(&e, fmt, arg);
+	out_flush(&e);
+}
+
+/* The JSON to path, whole: written beside it and renamed over it, so that a
+ * reader (uslabinfo --watch) never sees half a report. */
+static void write_json_file(const char *path, const struct report *r)
+{
+	char tmp[4096 + 16];
+	struct out o;
+
+	snprintf(tmp, sizeof(tmp), "%s.%d.tmp", path, (int)getpid());
+	o = (struct out){ .fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644) };
+	if (o.fd < 0) {
+		say("uslab: cannot write statistics to %s\n", path);
+		return;
+	}
+	write_json(&o, r);
+	close(o.fd);
+	if (rename(tmp, path) != 0) {
+		unlink(tmp);
+		say("uslab: cannot write statistics to %s\n", path);
+	}
+}
+
+/* Where a report goes: USLAB_STATS_FILE (expanded into buf), or NULL for
+ * the table on stderr. */
+static const char *stats_target(char *buf, size_t size)
 {
 	const char *pattern = option_str(OPT_STATS_FILE);
-	char buf[4096], *path = pattern ? buf : NULL;
+
+	if (!pattern)
+		return NULL;
+	if (!stats_path(pattern, buf, size)) {
+		say("uslab: USLAB_STATS_FILE is too long: %s\n", pattern);
+		return NULL;
+	}
+	return buf;
+}
+
+/* JSON to USLAB_STATS_FILE, else the table on stderr (and the table too
+ * when table_too). */
+static void stats_dump(const char *origin, bool table_too)
+{
+	char buf[4096];
+	const char *path = stats_target(buf, sizeof(buf));
 	struct out o = { .fd = stats_fd };
+	struct report r;
 
-	if (pattern && !stats_path(pattern, buf, sizeof(buf))) {
-		struct out e = { .fd = stats_fd };
-		out_printf(&e, "uslab: USLAB_STATS_FILE is too long: %s\n", pattern);
-		out_flush(&e);
-		path = NULL;
-		table_too = false;
-	}
-
+	if (!report_gather(&r, origin))
+		return;
 	if (table_too || !path)
-		write_table(&o);
-	if (path) {
-		o.fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-		if (o.fd < 0) {
-			struct out e = { .fd = stats_fd };
-			out_printf(&e, "uslab: cannot write statistics to %s\n", path);
-			out_flush(&e);
-			return;
-		}
-		write_json(&o);
-		close(o.fd);
+		write_table(&o, &r);
+	if (path)
+		write_json_file(path, &r);
+	report_release(&r);
+}
+
+/* ---- the signal ------------------------------------------------------------------------
+ *
+ * The handler writes a report itself, at once, whatever the process is
+ * doing: an idle process answers too. It takes no allocator lock that the
+ * thread it interrupted might hold, and allocates nothing:
+ *  - occupancy comes from one walk of the segments (segment_account with
+ *    try: seg_lock is tried for about 20 ms, never waited on) - each slab's
+ *    word gives its objects in use, its cache (alive while its slab is,
+ *    and the slab while seg_lock is held) its name and geometry;
+ *  - the totals are atomics and single words (huge blocks, kept ranges,
+ *    the arena, metadata);
+ *  - the rows are gathered in a static table (zero pages until first
+ *    used), formatted with snprintf's integer and string conversions only
+ *    (no floating point, no positional arguments: glibc then takes no lock
+ *    and allocates nothing) and written with open/write/rename.
+ * The per-cache counters (allocations, frees) live in every thread's heap
+ * and are summed under heaps_lock, so the snapshot leaves them out; the
+ * report at exit, uslab_stats_print and uslab_stats_json have them. When
+ * seg_lock stays busy (a thread is inside the allocator, perhaps the one
+ * interrupted), the handler asks for the whole report instead (deferred
+ * work: the next slow path of any thread writes it, and one is near).
+ */
+static struct row snap_rows[MAX_CACHES + 3];
+static int snap_busy;
+
+/* Slab heads during the signal's walk: each cache's row, at its id. */
+static void snap_head(struct slab *head, void *arg)
+{
+	struct report *r = arg;
+	struct uslab_cache *s = READ_ONCE(head->cache);
+
+	if (head->kind != SLAB_KIND_SLAB || !s || s->id >= MAX_CACHES)
+		return;
+	size_t inuse = ctr_inuse(dwcas_read(&head->xword).hi);
+	struct row *w = &r->rows[s->id];
+
+	r->objects_bytes += inuse * s->stride;
+	if (!w->slabs) {
+		memcpy(w->name, s->name, sizeof(w->name));
+		w->name[sizeof(w->name) - 1] = 0;
+		w->size = s->size;
+		w->object_size = s->stride;
+		w->objects_per_slab = s->objects;
+		w->slab_bytes = (size_t)s->units << UNIT_SHIFT;
 	}
+	w->slabs++;
+	w->partial_slabs += READ_ONCE(head->on_partial) != 0;
+	w->live += (long)inuse;
+	w->memory += w->slab_bytes;
+	w->used += inuse * s->stride;
+}
+
+static void stats_snapshot(void)
+{
+	char buf[4096];
+	const char *path;
+	struct report r = { .origin = "signal", .rows = snap_rows, .cap = MAX_CACHES + 3 };
+	struct out o = { .fd = stats_fd };
+	size_t n = 0;
+
+	memset(snap_rows, 0, MAX_CACHES * sizeof(snap_rows[0]));
+	if (!report_totals(&r, snap_head, true)) {
+		WRITE_ONCE(deferred_pending, 1);   /* the whole report, at the next slow path */
+		return;
+	}
+	for (size_t id = 0; id < MAX_CACHES; id++)   /* the caches with slabs, packed */
+		if (snap_rows[id].slabs)
+			snap_rows[n++] = snap_rows[id];
+	r.nrows = r.ncaches = n;
+	rows_add_blocks(&r);
+	rows_sort(r.rows, r.nrows);
+	path = stats_target(buf, sizeof(buf));
+	if (path)
+		write_json_file(path, &r);
+	else
+		write_table(&o, &r);
 }
 
 static void stats_signalled(void)
 {
-	stats_dump(false);
+	stats_dump("signal", false);
 }
 
 static void stats_signal(int sig)
 {
+	int zero = 0, saved = errno;
+
 	(void)sig;
-	WRITE_ONCE(deferred_pending, 1);
+	/* one report at a time (the signal may reach two threads at once);
+	 * acq_rel: pairs with the release below of the previous report */
+	if (try_cmpxchg_acq_rel(&snap_busy, &zero, 1)) {
+		stats_snapshot();
+		smp_store_release(&snap_busy, 0);
+	}
+	errno = saved;
 }
 
 void stats_init(void)
@@ -286,5 +713,5 @@ void stats_init(void)
 __attribute__((destructor)) static void stats_at_exit(void)
 {
 	if (option(OPT_STATS) || option_str(OPT_STATS_FILE))
-		stats_dump(option(OPT_STATS));
+		stats_dump("exit", option(OPT_STATS));
 }

@@ -19,6 +19,8 @@
 
 #define USLAB_OPTIONS(X)                                                                 \
 	X(STATS, "USLAB_STATS", BOOL, 0, "print the statistics table on stderr at exit")     \
+	X(STATS_VERBOSE, "USLAB_STATS_VERBOSE", BOOL, 0,                                     \
+	  "the statistics table also lists every counter of every cache")                   \
 	X(VERBOSE, "USLAB_VERBOSE", BOOL, 0,                                                 \
 	  "at start-up, print the version, the double-width CAS in use and every option's "  \
 	  "value with where it came from (default or environment) on stderr")               \

@@ -23,6 +23,7 @@ unsigned next_bit(const uint64_t *map, unsigned i, bool want);
 void units_take(struct segment *seg, unsigned first, unsigned n, bool *zeroed);
 void units_give(struct segment *seg, unsigned first, unsigned n, bool dirty);
 void purge_fork_child(void);       /* decay.c: a purge the fork left half done */
+extern atomic_long_t meta_mapped;  /* meta.c: bytes it has mapped (account.c reads) */
 
 #pragma GCC visibility pop
 

@@ -3,11 +3,12 @@
  * meta.c - metadata memory: thread heaps, remote messages, caches, lists.
  * Size-segregated free lists over 64 KiB mapped blocks; never given back.
  */
-#include "segment.h"
+#include "local.h"
 
 #include <string.h>
 
 static mutex_t meta_lock = MUTEX_INIT;
+atomic_long_t meta_mapped;   /* for the report: every mapping made below, less those unmapped */
 FORK_LOCK(meta_lock, RANK_META);
 
 #define META_BLOCK   (64ul << 10)
@@ -23,6 +24,8 @@ void *meta_alloc(size_t size)
 
 	if (cls > META_CLASSES) {
 		p = os_map_aligned(round_up(size, os_page_size()), os_page_size());
+		if (p)
+			atomic_long_add((long)round_up(size, os_page_size()), &meta_mapped);
 		return p;   /* fresh mappings read as zero */
 	}
 	lock_ranked(&meta_lock, RANK_META);
@@ -36,6 +39,7 @@ void *meta_alloc(size_t size)
 				unlock_ranked(&meta_lock, RANK_META);
 				return NULL;
 			}
+			atomic_long_add((long)META_BLOCK, &meta_mapped);
 			meta_bump = blk;
 			meta_end = blk + META_BLOCK;
 		}
@@ -55,6 +59,7 @@ void meta_free(void *p, size_t size)
 		return;
 	if (cls > META_CLASSES) {
 		os_unmap(p, round_up(size, os_page_size()));
+		atomic_long_sub((long)round_up(size, os_page_size()), &meta_mapped);
 		return;
 	}
 	lock_ranked(&meta_lock, RANK_META);

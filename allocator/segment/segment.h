@@ -252,6 +252,28 @@ unsigned long range_new_origin(void);                 /* a fresh or moved mappin
 void *meta_alloc(size_t size);                        /* zeroed, cache-line aligned */
 void meta_free(void *p, size_t size);
 
+/* ---- accounting, for the statistics report (account.c) -------------------------------
+ * Where the segments' committed memory is, from one walk under seg_lock:
+ * committed = header + slab + large + kept + dirty (clean units hold none).
+ */
+struct seg_account {
+	size_t segments;           /* on the segment list */
+	size_t committed_bytes;    /* the sum below */
+	size_t header_bytes;       /* header units: struct segment and its descriptors */
+	size_t slab_bytes;         /* units in object slabs */
+	size_t large_bytes;        /* units in large blocks handed out */
+	size_t kept_bytes;         /* units out in neither: freed large runs threads keep */
+	size_t dirty_bytes;        /* free units still committed (decay gives them back) */
+	size_t clean_bytes;        /* free units that hold no memory (not committed) */
+	size_t slab_runs, large_runs;
+};
+/* Fill *a, calling head_fn (if not NULL) for each slab and large-block head
+ * while seg_lock is held. try: for a signal handler (seg_lock only tried,
+ * no lock-rank bookkeeping); false when the lock stayed busy. */
+bool segment_account(struct seg_account *a, void (*head_fn)(struct slab *head, void *arg),
+		     void *arg, bool try);
+size_t meta_mapped_bytes(void);                      /* metadata mappings (meta.c) */
+
 #pragma GCC visibility pop
 
 #endif /* USLAB_SEGMENT_H */

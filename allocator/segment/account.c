@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * account.c - where the segments' memory is, for the statistics report.
+ *
+ * One pass over every segment under seg_lock splits what the segments have
+ * committed into header units, runs handed out (the layer above is shown
+ * each run's head and sorts slabs from large blocks) and free units still
+ * committed, so the parts add up to the committed total by construction:
+ * a read of the running totals (segment_committed_bytes) and a walk made a
+ * moment later would not. Read-only: it changes nothing it visits.
+ *
+ * A signal handler may ask (try): then seg_lock is only tried, a few times,
+ * without the lock-rank bookkeeping (the interrupted thread may be in the
+ * middle of its own), and false says the walk did not happen. Everything
+ * else it does is loads and a release store, which a handler may do.
+ */
+#define _GNU_SOURCE
+#include "local.h"
+
+#include <time.h>
+
+/* seg_lock for the signal path: tried for up to about 20 ms (a thread of
+ * the process may be holding it in a slow path), never waited on, since
+ * the holder may be the very thread the handler interrupted. */
+static bool seg_lock_try_for_signal(void)
+{
+	struct timespec pause = { 0, 200 * 1000 };
+
+	for (int i = 0; i < 100; i++) {
+		if (mutex_trylock(&seg_lock))
+			return true;
+		nanosleep(&pause, NULL);   /* async-signal-safe */
+	}
+	return false;
+}
+
+bool segment_account(struct seg_account *a, void (*head_fn)(struct slab *head, void *arg),
+		     void *arg, bool try)
+{
+	size_t runs_units = 0;
+
+	*a = (struct seg_account){ 0 };
+	if (try) {
+		if (!seg_lock_try_for_signal())
+			return false;
+	} else {
+		lock_ranked(&seg_lock, RANK_SEG);
+	}
+	for (struct segment *seg = seg_list; seg; seg = seg->next) {
+		unsigned used = SEG_UNITS - SEG_HDR_UNITS - seg->free_units;
+
+		a->segments++;
+		a->dirty_bytes += (size_t)seg->dirty_units << UNIT_SHIFT;
+		a->clean_bytes += (size_t)(seg->free_units - seg->dirty_units) << UNIT_SHIFT;
+		runs_units += used;
+		for (unsigned i = SEG_HDR_UNITS; i < SEG_UNITS; i++) {
+			struct slab *d = &seg->desc[i];
+
+			if (d->kind == SLAB_KIND_SLAB) {
+				a->slab_bytes += (size_t)d->nunits << UNIT_SHIFT;
+				a->slab_runs++;
+			} else if (d->kind == SLAB_KIND_LARGE) {
+				a->large_bytes += (size_t)d->nunits << UNIT_SHIFT;
+				a->large_runs++;
+			} else {
+				continue;
+			}
+			if (head_fn)
+				head_fn(d, arg);
+		}
+	}
+	if (try)
+		mutex_unlock(&seg_lock);
+	else
+		unlock_ranked(&seg_lock, RANK_SEG);
+	a->header_bytes = a->segments * SEG_HDR_UNITS * UNIT_SIZE;
+	/* runs out that are neither a slab nor a large block: freed large runs
+	 * a thread keeps for its next one (struct run_cache; their heads are
+	 * marked TAIL), and slabs being set up this instant */
+	size_t heads = a->slab_bytes + a->large_bytes;
+	a->kept_bytes = (runs_units << UNIT_SHIFT) > heads ? (runs_units << UNIT_SHIFT) - heads : 0;
+	a->committed_bytes = a->header_bytes + (runs_units << UNIT_SHIFT) + a->dirty_bytes;
+	return true;
+}
+
+size_t meta_mapped_bytes(void)
+{
+	return (size_t)atomic_long_read(&meta_mapped);
+}

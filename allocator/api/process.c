@@ -97,6 +97,7 @@ static void verbose_report(void)
 __attribute__((constructor)) static void uslab_process_init(void)
 {
 	options_init();
+	options_mark_warned();
 	dwcas_init();
 	if (option(OPT_VERBOSE))
 		verbose_report();

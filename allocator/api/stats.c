@@ -118,6 +118,7 @@ enum row_kind { ROW_CACHE, ROW_LARGE, ROW_HUGE, ROW_ARENA };
 struct row {
 	char name[sizeof(((struct uslab_cache *)0)->name)];
 	enum row_kind kind;
+	unsigned id;                   /* a cache's (the signal's walk) */
 	size_t size, object_size, objects_per_slab, slab_bytes;
 	size_t slabs, partial_slabs;
 	long live;                     /* objects, or blocks (large, huge) */
@@ -614,9 +615,12 @@ static void stats_dump(const char *origin, bool table_too)
  * work: the next slow path of any thread writes it, and one is near).
  */
 static struct row snap_rows[MAX_CACHES + 3];
+static uint16_t snap_index[MAX_CACHES];   /* cache id -> 1 + its row, 0: none yet */
+_Static_assert(MAX_CACHES + 3 <= UINT16_MAX, "a row's number fits snap_index");
 static int snap_busy;
 
-/* Slab heads during the signal's walk: each cache's row, at its id. */
+/* Slab heads during the signal's walk: each cache's row, made when its
+ * first slab is seen. */
 static void snap_head(struct slab *head, void *arg)
 {
 	struct report *r = arg;
@@ -625,19 +629,24 @@ static void snap_head(struct slab *head, void *arg)
 	if (head->kind != SLAB_KIND_SLAB || !s || s->id >= MAX_CACHES)
 		return;
 	size_t inuse = ctr_inuse(dwcas_read(&head->xword).hi);
-	struct row *w = &r->rows[s->id];
+	struct row *w;
 
-	r->objects_bytes += inuse * s->stride;
-	if (!w->slabs) {
-		memcpy(w->name, s->name, sizeof(w->name));
-		w->name[sizeof(w->name) - 1] = 0;
+	if (snap_index[s->id]) {
+		w = &r->rows[snap_index[s->id] - 1];
+	} else {
+		if (!(w = row_add(r, s->name, ROW_CACHE)))
+			return;
+		snap_index[s->id] = (uint16_t)r->nrows;
+		w->id = s->id;
 		w->size = s->size;
 		w->object_size = s->stride;
 		w->objects_per_slab = s->objects;
 		w->slab_bytes = (size_t)s->units << UNIT_SHIFT;
+		w->partial_slabs = READ_ONCE(s->nr_partial);
+		r->ncaches++;
 	}
+	r->objects_bytes += inuse * s->stride;
 	w->slabs++;
-	w->partial_slabs += READ_ONCE(head->on_partial) != 0;
 	w->live += (long)inuse;
 	w->memory += w->slab_bytes;
 	w->used += inuse * s->stride;
@@ -649,17 +658,14 @@ static void stats_snapshot(void)
 	const char *path;
 	struct report r = { .origin = "signal", .rows = snap_rows, .cap = MAX_CACHES + 3 };
 	struct out o = { .fd = stats_fd };
-	size_t n = 0;
+	bool walked = report_totals(&r, snap_head, true);
 
-	memset(snap_rows, 0, MAX_CACHES * sizeof(snap_rows[0]));
-	if (!report_totals(&r, snap_head, true)) {
+	for (size_t i = 0; i < r.nrows; i++)   /* the index is clear for the next one */
+		snap_index[snap_rows[i].id] = 0;
+	if (!walked) {
 		WRITE_ONCE(deferred_pending, 1);   /* the whole report, at the next slow path */
 		return;
 	}
-	for (size_t id = 0; id < MAX_CACHES; id++)   /* the caches with slabs, packed */
-		if (snap_rows[id].slabs)
-			snap_rows[n++] = snap_rows[id];
-	r.nrows = r.ncaches = n;
 	rows_add_blocks(&r);
 	rows_sort(r.rows, r.nrows);
 	path = stats_target(buf, sizeof(buf));

@@ -5,6 +5,14 @@
  * Runs from the library constructor and from the first slow path (whichever
  * comes first). A bad value, or a USLAB_ name that is not an option, gets one
  * warning line on stderr and the default is kept.
+ *
+ * Once per process tree: the environment is inherited, so every child of a
+ * program started with a bad value would repeat its warnings (a shell script
+ * running 30 commands prints 30). The first process that warns leaves a
+ * marker in its environment, USLAB_WARNED=<hash of the entries it warned
+ * about> (options_mark_warned, from the constructor, where setting it may
+ * allocate); a process whose marker matches its own entries stays quiet, and
+ * one with other bad entries than its parent's warns about them.
  */
 #define _GNU_SOURCE
 #include "platform.h"
@@ -53,9 +61,47 @@ static const char *const expected[] = {
 	[SIGNAL] = "a signal such as USR2, SIGUSR2 or its number",
 };
 
+#define WARNED_ENV "USLAB_WARNED="
+#define WARNED_MAX 16      /* entries a process adds to the marker */
+
+/* The marker: the hashes of the entries warned about up the tree, 16 hex
+ * digits each, comma-separated. */
+static const char *warn_marker;
+static uint64_t warned[WARNED_MAX];
+static int nwarned;
+
+static uint64_t entry_hash(const char *entry)
+{
+	uint64_t h = 14695981039346656037ull;   /* FNV-1a */
+
+	for (const char *c = entry; *c; c++)
+		h = (h ^ (unsigned char)*c) * 1099511628211ull;
+	return h;
+}
+
+static bool marker_has(uint64_t h)
+{
+	char hex[17];
+	size_t n;
+
+	snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)h);
+	for (const char *m = warn_marker; m && *m; m += n + (m[n] == ',')) {
+		n = strcspn(m, ",");
+		if (n == 16 && strncmp(m, hex, 16) == 0)
+			return true;
+	}
+	return false;
+}
+
 static void warn(const char *what, const char *entry, const char *why)
 {
 	char buf[384];
+	uint64_t h = entry_hash(entry);
+
+	if (marker_has(h))   /* a parent process said it */
+		return;
+	if (nwarned < WARNED_MAX)
+		warned[nwarned++] = h;
 	int n = snprintf(buf, sizeof(buf), "uslab: warning: %s '%s' ignored%s\n", what, entry, why);
 
 	if (n > 0 && write(2, buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1) < 0)
@@ -137,7 +183,7 @@ static bool parse_value(enum opt_type type, const char *s, long *out)
 static bool tool_variable(const char *entry)
 {
 	static const char *const prefixes[] = { "USLAB_LIB=", "USLAB_TEST_", "USLAB_STRESS_",
-						"USLAB_BENCH_" };
+						"USLAB_BENCH_", WARNED_ENV };
 
 	for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++)
 		if (strncmp(entry, prefixes[i], strlen(prefixes[i])) == 0)
@@ -186,6 +232,44 @@ void options_reset(void)
 	}
 }
 
+/*
+ * Set USLAB_WARNED in environ itself, not through putenv: a program may
+ * define its own putenv (bash does, over its shell variables, and drops
+ * what it is given before they exist). An existing entry is replaced in
+ * place; else environ becomes a copy with the marker added (mapped, never
+ * freed: environ's old array may be on the stack or the program's).
+ */
+void options_mark_warned(void)
+{
+	static char entry[sizeof(WARNED_ENV) + 2 * WARNED_MAX * 17];
+	size_t n = 0, room = sizeof(entry), count = 0;
+	char **e;
+
+	if (!nwarned)
+		return;
+	n += (size_t)snprintf(entry, room, WARNED_ENV "%.*s", WARNED_MAX * 17 - 1,
+			      warn_marker ? warn_marker : "");
+	for (int i = 0; i < nwarned && n + 18 < room; i++)
+		n += (size_t)snprintf(entry + n, room - n, "%s%016llx",
+				      n > strlen(WARNED_ENV) ? "," : "",
+				      (unsigned long long)warned[i]);
+	for (e = environ; e && *e; e++, count++) {
+		if (strncmp(*e, WARNED_ENV, strlen(WARNED_ENV)) == 0) {
+			*e = entry;
+			return;
+		}
+	}
+	size_t size = round_up((count + 2) * sizeof(char *), os_page_size());
+	char **copy = os_map_aligned(size, os_page_size());
+
+	if (!copy)
+		return;
+	if (count)
+		memcpy(copy, environ, count * sizeof(char *));
+	copy[count] = entry;   /* the mapping reads as zero: copy[count + 1] ends it */
+	environ = copy;
+}
+
 void options_init(void)
 {
 	static int done;
@@ -196,6 +280,9 @@ void options_init(void)
 	static mutex_t lock = MUTEX_INIT;
 	lock_ranked(&lock, RANK_OPTIONS);
 	if (!done) {
+		for (char **e = environ; e && *e; e++)   /* first: it silences warnings */
+			if (strncmp(*e, WARNED_ENV, strlen(WARNED_ENV)) == 0)
+				warn_marker = *e + strlen(WARNED_ENV);
 		for (char **e = environ; e && *e; e++)
 			if (strncmp(*e, "USLAB_", 6) == 0)
 				options_parse_entry(*e);

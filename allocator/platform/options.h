@@ -66,6 +66,9 @@ extern long option_values[OPT_COUNT];
 extern const char *option_strings[OPT_COUNT];
 
 void options_init(void);   /* idempotent; the first call reads the environment */
+/* After options_init, from the library constructor: if it warned, set
+ * USLAB_WARNED so that child processes do not repeat the warnings. */
+void options_mark_warned(void);
 void options_parse_entry(const char *entry);   /* tests: one "USLAB_X=v" */
 void options_reset(void);                      /* tests: back to the defaults */
 /* Each option's name, value and whether the environment set it, one line

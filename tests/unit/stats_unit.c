@@ -17,7 +17,11 @@
  * both before uslab_thread_flush() (the calling thread's unfolded counts
  * are added by the report) and after it. The same for malloc's
  * kmalloc-3072 cache through uslab_malloc/uslab_free, and the table
- * (uslab_stats_print) must agree with the JSON. docs/stats.md must list
+ * (uslab_stats_print) must agree with the JSON: its rows sorted by memory,
+ * a total that adds them up, a legend and no internal counter names; 100
+ * live malloc(100000) make a "large blocks" row, and the account of the
+ * committed memory adds up (JSON and table); USLAB_STATS_VERBOSE adds every
+ * counter. docs/stats.md must list
  * every counter of the X-macro in allocator/slab/slab.h, with its text, and no
  * other (test_open_doc finds it, as it finds docs/options.md for options_unit).
  */
@@ -26,6 +30,7 @@
 #include "stats_json.h"
 #include "slab.h"
 #include "kmalloc.h"   /* kmalloc_startup_end */
+#include "options.h"   /* options_parse_entry */
 #include "uslab.h"
 
 #include <limits.h>
@@ -249,12 +254,130 @@ static void test_kmalloc(void)
 	check_counts(&t, "kmalloc after trim");
 }
 
-/* The table agrees with the JSON for a cache with live objects. */
+/* "352.0 KiB" (two tokens at p) as bytes; -1 if it is not a size. */
+static double table_bytes(double v, const char *unit)
+{
+	static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+	double scale = 1;
+
+	for (int i = 0; i < 5; i++, scale *= 1024)
+		if (strcmp(unit, units[i]) == 0)
+			return v * scale;
+	return -1;
+}
+
+/* One row of the table: name, then the columns as the header names them. */
+struct table_row {
+	char name[32];
+	long objsize, live, slots, slabs, allocs, frees;   /* -1 for "-" */
+	double memory, in_use;                             /* bytes */
+};
+
+static long table_count(const char *tok)
+{
+	return strcmp(tok, "-") == 0 ? -1 : strtol(tok, NULL, 10);
+}
+
+/* Parse a row line (a name may hold one space: "large blocks"). */
+static bool table_parse_row(const char *line, struct table_row *r)
+{
+	char name2[32] = "", osz[24], live[24], slots[24], slabs[24], mu[8], uu[8], fr[16];
+	char al[24], fe[24], rem[16];
+	double mem, used;
+	const char *p = line;
+	int n;
+
+	memset(r, 0, sizeof(*r));
+	/* the names with a space are the block rows' */
+	if (strncmp(line, "large blocks ", 13) == 0 || strncmp(line, "huge blocks ", 12) == 0 ||
+	    strncmp(line, "start-up arena ", 15) == 0) {
+		n = sscanf(line, "%31s %31s", r->name, name2);
+		size_t len = strlen(r->name), room = sizeof(r->name) - len - 2;
+		size_t n2 = strnlen(name2, room);
+
+		r->name[len] = ' ';
+		memcpy(r->name + len + 1, name2, n2);
+		r->name[len + 1 + n2] = 0;
+		p = strstr(line, name2) + strlen(name2);
+	} else {
+		n = sscanf(line, "%31s", r->name);
+		p = line + strlen(r->name);
+	}
+	if (n < 1)
+		return false;
+	if (strcmp(r->name, "total") == 0) {   /* no objsize column */
+		n = sscanf(p, "%23s %23s %23s %lf %7s %lf %7s %15s %23s %23s %15s", live, slots,
+			   slabs, &mem, mu, &used, uu, fr, al, fe, rem);
+		snprintf(osz, sizeof(osz), "-");
+		n = n == 11 ? 12 : 0;
+	} else {
+		n = sscanf(p, "%23s %23s %23s %23s %lf %7s %lf %7s %15s %23s %23s %15s", osz, live,
+			   slots, slabs, &mem, mu, &used, uu, fr, al, fe, rem);
+	}
+	if (n != 12)
+		return false;
+	r->objsize = table_count(osz);
+	r->live = table_count(live);
+	r->slots = table_count(slots);
+	r->slabs = table_count(slabs);
+	r->allocs = table_count(al);
+	r->frees = table_count(fe);
+	r->memory = table_bytes(mem, mu);
+	r->in_use = table_bytes(used, uu);
+	return r->memory >= 0 && r->in_use >= 0;
+}
+
+/* Every row of the table between the header and the total; the total in *t. */
+static int table_rows(const char *table, struct table_row *rows, int max, struct table_row *t)
+{
+	const char *line = strstr(table, "\nname ");
+	int n = 0;
+
+	memset(t, 0, sizeof(*t));
+	if (!line)
+		return -1;
+	for (line = strchr(line + 1, '\n'); line && line[1]; line = strchr(line + 1, '\n')) {
+		struct table_row r;
+
+		if (!table_parse_row(line + 1, &r)) {
+			char bad[120];
+			snprintf(bad, sizeof(bad), "%s", line + 1);
+			*strchrnul(bad, '\n') = 0;
+			fprintf(stderr, "table: a row that does not parse: %s\n", bad);
+			test_failures++;
+			return -1;
+		}
+		if (strcmp(r.name, "total") == 0) {
+			*t = r;
+			return n;
+		}
+		if (n < max)
+			rows[n++] = r;
+	}
+	fprintf(stderr, "table: no total row\n");
+	test_failures++;
+	return -1;
+}
+
+static const struct table_row *table_find(const struct table_row *rows, int n, const char *name)
+{
+	for (int i = 0; i < n; i++)
+		if (strcmp(rows[i].name, name) == 0)
+			return &rows[i];
+	return NULL;
+}
+
+/*
+ * The table agrees with the JSON for a cache with live objects; its rows are
+ * sorted by memory, the total adds them up, and a legend explains the
+ * columns, which use no internal counter names.
+ */
 static void test_table(void)
 {
 	struct uslab_cache *c = uslab_cache_create("stats-table", 200, 0, 0, NULL);
+	struct table_row rows[128], total;
 	void *p[150];
-	char *table, *row;
+	char *table;
 
 	REQUIRE(c);
 	for (int i = 0; i < 150; i++)
@@ -264,24 +387,151 @@ static void test_table(void)
 	table = stats_table_dump();
 	REQUIRE(table);
 	CHECK(strncmp(table, "uslab statistics (dwcas: ", 25) == 0);
-	CHECK(strstr(table, "\ncache ") != NULL);
-	row = strstr(table, "\nstats-table ");
-	CHECK(row != NULL);
-	if (row) {
-		char name[32];
-		long objsize, per_slab, slabs, part, live, af, as, fo, fr;
-		int n = sscanf(row + 1, "%31s %ld %ld %ld %ld %ld %ld %ld %ld %ld", name, &objsize,
-			       &per_slab, &slabs, &part, &live, &af, &as, &fo, &fr);
-		CHECK_EQ(n, 10);
-		CHECK_EQ(objsize, uslab_cache_object_size(c));
-		CHECK_EQ(live, 100);
-		CHECK_EQ(af + as, 150);
-		CHECK_EQ(fo + fr, 50);
+	CHECK(strstr(table, "\nname ") != NULL);
+	CHECK(strstr(table, "\ncolumns: objsize bytes per object slot;") != NULL);
+	for (const char *internal = "cpu_part\0free_own\0retry\0alloc_fast\0"; *internal;
+	     internal += strlen(internal) + 1) {
+		if (strstr(table, internal)) {
+			fprintf(stderr, "the default table names the internal counter %s\n", internal);
+			test_failures++;
+		}
+	}
+	int n = table_rows(table, rows, 128, &total);
+	const struct table_row *r = n > 0 ? table_find(rows, n, "stats-table") : NULL;
+	CHECK(r != NULL);
+	if (r) {
+		long slabs = stats_cache_get("stats-table", "slabs");
+		CHECK_EQ(r->objsize, uslab_cache_object_size(c));
+		CHECK_EQ(r->live, 100);
+		CHECK_EQ(r->allocs, 150);
+		CHECK_EQ(r->frees, 50);
+		CHECK_EQ(r->slabs, slabs);
+		CHECK_EQ(r->slots, slabs * stats_cache_get("stats-table", "objects_per_slab"));
+		/* one decimal of the unit: within 5 % (and 0.05 of the unit) */
+		double mem = (double)stats_cache_get("stats-table", "memory_bytes");
+		CHECK(r->memory > mem * 0.95 && r->memory < mem * 1.05);
+		CHECK(r->in_use > 100.0 * uslab_cache_object_size(c) * 0.95 &&
+		      r->in_use < 100.0 * uslab_cache_object_size(c) * 1.05);
+	}
+	long live = 0, slabs = 0;
+	for (int i = 0; i < n; i++) {
+		if (i && rows[i].memory > rows[i - 1].memory * 1.0001) {
+			fprintf(stderr, "table: %s (%.0f bytes) after %s (%.0f): not sorted by memory\n",
+				rows[i].name, rows[i].memory, rows[i - 1].name, rows[i - 1].memory);
+			test_failures++;
+		}
+		live += rows[i].live > 0 ? rows[i].live : 0;
+		slabs += rows[i].slabs > 0 ? rows[i].slabs : 0;
+	}
+	if (n > 0) {
+		CHECK_EQ(total.live, live);
+		CHECK_EQ(total.slabs, slabs);
 	}
 	free(table);
 	for (int i = 50; i < 150; i++)
 		uslab_cache_free(c, p[i]);
 	CHECK_EQ(uslab_cache_destroy(c), 0);
+}
+
+/*
+ * Large blocks have a row of their own (100 live malloc(100000) show up),
+ * and the account of committed memory adds up, in the JSON and the table.
+ */
+static void test_blocks_and_account(void)
+{
+	struct table_row rows[128], total;
+	void *p[100];
+
+	for (int i = 0; i < 100; i++)
+		REQUIRE((p[i] = uslab_malloc(100000)) != NULL);
+	char *json = stats_json_dump(), *table = stats_table_dump();
+	REQUIRE(json && table);
+
+	CHECK_EQ(stats_json_top(json, "large_blocks"), 100);
+	long large = stats_json_top(json, "large_bytes");
+	CHECK(large >= 100 * 100000L && large <= 100 * 131072L);
+	static const char *const parts[] = { "objects_bytes", "slab_free_bytes", "large_bytes",
+		"large_kept_bytes", "huge_bytes", "huge_cached_bytes", "startup_arena_cut_bytes",
+		"dirty_bytes", "segment_header_bytes" };
+	long sum = 0;
+	for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) {
+		long v = stats_json_top(json, parts[i]);
+		if (v == STATS_MISSING || v < 0) {
+			fprintf(stderr, "JSON: no account part %s\n", parts[i]);
+			test_failures++;
+			continue;
+		}
+		sum += v;
+	}
+	long committed = stats_json_top(json, "committed_bytes");
+	CHECK_EQ(sum, stats_json_top(json, "total_committed_bytes"));
+	/* the segments' share: everything but huge blocks, kept huge ranges, arena */
+	CHECK_EQ(committed, sum - stats_json_top(json, "huge_bytes") -
+				    stats_json_top(json, "huge_cached_bytes") -
+				    stats_json_top(json, "startup_arena_cut_bytes"));
+	CHECK_EQ(stats_json_top(json, "committed_bytes") + stats_json_top(json, "unused_mapped_bytes"),
+		 stats_json_top(json, "segments") * (4L << 20));
+
+	int n = table_rows(table, rows, 128, &total);
+	const struct table_row *r = n > 0 ? table_find(rows, n, "large blocks") : NULL;
+	CHECK(r != NULL);
+	if (r) {
+		CHECK_EQ(r->live, 100);
+		CHECK(r->memory > large * 0.95 && r->memory < large * 1.05);
+		CHECK(r == &rows[0]);   /* the most memory here */
+	}
+	/* the account's lines, each with its size and share */
+	static const char *const lines[] = { "memory committed", "objects in use", "free in slabs",
+		"large blocks", "large, kept", "huge blocks", "huge, kept", "start-up arena",
+		"free, not returned", "segment headers" };
+	for (size_t i = 0; i < sizeof(lines) / sizeof(lines[0]); i++) {
+		char pat[64];
+		snprintf(pat, sizeof(pat), "\n  %s ", lines[i]);
+		if (!strstr(table, pat)) {
+			fprintf(stderr, "table: no account line '%s'\n", lines[i]);
+			test_failures++;
+		}
+	}
+	free(json);
+	free(table);
+	for (int i = 0; i < 100; i++)
+		uslab_free(p[i]);
+	CHECK_EQ(stats_cache_get("large blocks", "slabs"), STATS_MISSING);   /* not a cache */
+	json = stats_json_dump();
+	REQUIRE(json);
+	CHECK_EQ(stats_json_top(json, "large_blocks"), 0);
+	free(json);
+}
+
+/* USLAB_STATS_VERBOSE=1: every counter of every cache, by its JSON name. */
+static void test_verbose(void)
+{
+	void *p = uslab_malloc(40);
+	char *table;
+
+	options_parse_entry("USLAB_STATS_VERBOSE=1");
+	table = stats_table_dump();
+	options_parse_entry("USLAB_STATS_VERBOSE=0");
+	REQUIRE(table);
+	const char *v = strstr(table, "\ncounters (docs/stats.md):\n");
+	CHECK(v != NULL);
+	if (v) {
+		const char *row = strstr(v, "\nkmalloc-48: ");
+		CHECK(row != NULL);
+#define X(id, name, doc) \
+		if (row && !strstr(row, " " name " ")) { \
+			fprintf(stderr, "verbose table: no counter %s\n", name); \
+			test_failures++; \
+		}
+		USLAB_CACHE_STATS(X)
+#undef X
+	}
+	free(table);
+	table = stats_table_dump();
+	REQUIRE(table);
+	CHECK(strstr(table, "counters (docs/stats.md)") == NULL);
+	free(table);
+	uslab_free(p);
 }
 
 /* The top-level numbers exist and are ordered sensibly. */
@@ -399,6 +649,8 @@ int main(void)
 	test_cache();
 	test_kmalloc();
 	test_table();
+	test_blocks_and_account();
+	test_verbose();
 	test_top_level();
 	test_name_escaping();
 	test_docs();

@@ -133,6 +133,7 @@ struct report {
 	size_t objects_bytes;          /* slab slots counted in use: inuse x stride */
 	size_t huge_blocks, huge_bytes, huge_kept, arena_cut, arena_live, meta_mapped;
 	size_t mapped;                 /* segments mapped + what the arena has cut */
+	size_t in_use;                 /* mallinfo2's uordblks */
 	bool arena_on;
 	struct row *rows;
 	size_t nrows, cap, ncaches;
@@ -141,11 +142,6 @@ struct report {
 static size_t report_total(const struct report *r)
 {
 	return r->seg.committed_bytes + r->huge_bytes + r->huge_kept + r->arena_cut;
-}
-
-static size_t report_in_use(const struct report *r)
-{
-	return r->objects_bytes + r->seg.large_bytes + r->arena_live;
 }
 
 static bool row_before(const struct row *a, const struct row *b)
@@ -251,6 +247,7 @@ static bool report_gather(struct report *r, const char *origin)
 	if (!r->rows)
 		return false;
 	caches_for_each_report(cache_row, r);
+	r->in_use = uslab_mallinfo().uordblks;
 	report_totals(r, NULL, false);
 	/* objects in use as the rows count them: the reporting thread's cached
 	 * objects are free, other threads' count as live (docs/stats.md) */
@@ -460,7 +457,7 @@ static void write_json(struct out *o, const struct report *r)
 		      "  \"huge_cached_bytes\": %zu,\n"
 		      "  \"startup_arena_cut_bytes\": %zu,\n  \"startup_arena_live_bytes\": %zu,\n"
 		      "  \"large_blocks\": %zu,\n  \"segments\": %zu,\n",
-		   r->mapped, a->committed_bytes, report_in_use(r), r->huge_blocks, r->huge_bytes,
+		   r->mapped, a->committed_bytes, r->in_use, r->huge_blocks, r->huge_bytes,
 		   r->huge_kept, r->arena_cut, r->arena_live, a->large_runs, a->segments);
 	out_printf(o, "  \"total_committed_bytes\": %zu,\n  \"objects_bytes\": %zu,\n"
 		      "  \"slab_free_bytes\": %zu,\n  \"large_bytes\": %zu,\n"
@@ -666,6 +663,8 @@ static void stats_snapshot(void)
 		WRITE_ONCE(deferred_pending, 1);   /* the whole report, at the next slow path */
 		return;
 	}
+	/* as mallinfo2 counts it: every slot a slab's word has out */
+	r.in_use = r.objects_bytes + r.seg.large_bytes + r.arena_live;
 	rows_add_blocks(&r);
 	rows_sort(r.rows, r.nrows);
 	path = stats_target(buf, sizeof(buf));

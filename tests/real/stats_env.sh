@@ -9,7 +9,8 @@
 #   USLAB_STATS_SIGNAL=USR2   a running process writes the JSON (or, without
 #                             a file, the table) on each signal
 #   USLAB_FOO=1, bad values   one warning line each, the program still works;
-#                             tool variables (USLAB_TEST_*) are silent
+#                             tool variables (USLAB_TEST_*) are silent; in a
+#                             process tree, each warning once (USLAB_WARNED)
 # The programs are the real python3 interpreter (not a pyenv-style shim, whose
 # helper processes would each write statistics too) and ls.
 set -euo pipefail
@@ -42,23 +43,27 @@ c = d["caches"]
 if not isinstance(c, list) or not c:
     sys.exit("caches is not a non-empty array")
 need = {"name", "object_size", "objects_per_slab", "slabs", "live_objects", "memory_bytes",
-        "waste_bytes", "alloc_fast", "alloc_slow", "free_fast", "free_local", "free_remote",
-        "new_slab", "slab_freed"}
+        "waste_bytes"}
+# a signal's report is a snapshot the handler writes: occupancy, no counters
+snapshot = d.get("report") == "signal"
+if not snapshot:
+    need |= {"alloc_fast", "alloc_slow", "free_fast", "free_local", "free_remote", "new_slab",
+             "slab_freed"}
 for e in c:
     if need - set(e):
         sys.exit("cache %s lacks %s" % (e.get("name"), sorted(need - set(e))))
-    if e["slabs"] != e["new_slab"] - e["slab_freed"]:
+    if not snapshot and e["slabs"] != e["new_slab"] - e["slab_freed"]:
         sys.exit("cache %s: slabs %d != new_slab - slab_freed" % (e["name"], e["slabs"]))
 if not any(e["name"].startswith("kmalloc-") for e in c):
     sys.exit("no kmalloc cache")
-print("%d caches, %d bytes mapped" % (len(c), d["mapped_bytes"]))
+print("%s report, %d caches, %d bytes mapped" % (d.get("report"), len(c), d["mapped_bytes"]))
 PY
 }
 
 # is_table FILE - FILE holds exactly one statistics table with kmalloc rows.
 is_table() {
 	[ "$(grep -cE '^uslab statistics \(dwcas: [^)]+\), pid [0-9]+, .+$' "$1")" = 1 ] &&
-		grep -qE '^cache +objsize ' "$1" &&
+		grep -qE '^name +objsize +live +slots +slabs +memory +in use +free +allocs +frees +remote$' "$1" &&
 		grep -qE '^kmalloc-[0-9]+ +[0-9]+ ' "$1"
 }
 
@@ -172,7 +177,7 @@ if start_loop USLAB_STATS_SIGNAL=USR2 USLAB_STATS_FILE="$f"; then
 		real_bad "USLAB_STATS_SIGNAL: the file exists before any signal"
 	fi
 	kill -USR2 "$bg"
-	if wait_for json_ok "$f"; then
+	if wait_for json_ok "$f" && json_ok "$f" | grep -q '^signal report'; then
 		real_ok "USLAB_STATS_SIGNAL=USR2: the running process wrote valid JSON ($(json_ok "$f"))"
 		cp "$f" "$tmp/first.json"
 		sleep 0.2
@@ -222,6 +227,28 @@ warns "USLAB_DECAY_MS=soon: one warning line, program works" \
 	"uslab: warning: bad value in 'USLAB_DECAY_MS=soon' ignored: expected a whole number from 0 to 2147483647; using 500" USLAB_DECAY_MS=soon
 warns "USLAB_TEST_X, USLAB_STRESS_X, USLAB_BENCH_X, USLAB_LIB: silent" "" \
 	USLAB_TEST_X=1 USLAB_STRESS_X=2 USLAB_BENCH_X=3 USLAB_LIB="$USLAB_LIB"
+
+# ---- once per process tree: a shell (bash, which has its own putenv) and its
+# children - ls, python3 and a python3 subprocess - share the environment: the
+# first process warns, the others stay quiet, and a child with a bad entry of its
+# own warns about that one only
+tree='ls / >/dev/null; "$0" -c "import subprocess; subprocess.run([\"ls\", \"/\"], stdout=subprocess.DEVNULL)"
+env | grep -c "^USLAB_WARNED=" >&3 || true; USLAB_BAR=2 bash -c "ls / >/dev/null; ls / >/dev/null"'
+env LD_PRELOAD="$USLAB_LIB" USLAB_FOO=1 USLAB_DECAY_MS=soon bash -c "$tree" "$PY" >"$out" 2>"$err" 3>"$tmp/marker" ||
+	real_bad "the process tree with bad options failed"
+want="uslab: warning: unknown option 'USLAB_FOO=1' ignored (docs/options.md lists them)
+uslab: warning: bad value in 'USLAB_DECAY_MS=soon' ignored: expected a whole number from 0 to 2147483647; using 500
+uslab: warning: unknown option 'USLAB_BAR=2' ignored (docs/options.md lists them)"
+if [ "$(cat "$err")" = "$want" ] && [ "$(cat "$tmp/marker")" = 1 ]; then
+	real_ok "bad options in a process tree of 8: each warning once (USLAB_WARNED set for the children)"
+else
+	real_bad "bad options in a process tree: not each warning exactly once (USLAB_WARNED entries: $(cat "$tmp/marker"))"
+	echo "  want: $want" | head -n 3
+	real_show "$err" stderr
+fi
+env LD_PRELOAD="$USLAB_LIB" USLAB_DECAY_MS=250 bash -c 'env | grep -c "^USLAB_WARNED=" || true' >"$out" 2>"$err"
+[ "$(cat "$out")" = 0 ] && [ ! -s "$err" ] && real_ok "good options: no warning, no USLAB_WARNED" ||
+	real_bad "good options: USLAB_WARNED set ($(cat "$out")) or a warning: $(head -n1 "$err")"
 
 # ---- USLAB_VERBOSE: the version, the dwcas path and every option, at start-up
 env LD_PRELOAD="$USLAB_LIB" USLAB_VERBOSE=1 USLAB_DECAY_MS=250 "$PY" -c 'print(sum(range(10)))' \

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # uslabinfo.sh - tools/uslabinfo on real dumps: one written by `ls -R /usr/share`
 # under LD_PRELOAD=$USLAB_LIB (ctest sets it), and one it makes itself with
-# `uslabinfo -- CMD` (python3). Checks the table's header, kmalloc rows and
-# totals line, each --sort order, --plot (a well-formed, non-empty SVG naming
-# the caches), and the errors for a missing, non-JSON and non-uslab file.
+# `uslabinfo -- CMD` (python3). Checks the summary line, the account of the
+# committed memory, the table's header, kmalloc rows, the start-up arena's
+# row and the totals line, each --sort order, --plot (a well-formed, non-empty
+# SVG naming the caches), and the errors for a missing, non-JSON and
+# non-uslab file. (--pid and --watch: stats_signal.sh.)
 set -euo pipefail
 source "$(dirname "$0")/common.bash"
 unset USLAB_STATS USLAB_STATS_FILE USLAB_STATS_SIGNAL
@@ -18,31 +20,44 @@ TOOL() { "$PY" "$SCRIPT" "$@"; }
 tmp=$REAL_TMP
 echo "$SCRIPT, LD_PRELOAD=$USLAB_LIB"
 
-HEADER_RE='^cache +objsize +objects live/total +slabs/part +memory +waste +allocs +frees +remote$'
-ROW_RE='^kmalloc-[0-9]+ +[0-9]+ +[0-9]+/[0-9]+ +[0-9]+/[0-9]+ +[0-9.]+[BKMGT] +[0-9.]+% +[0-9]+ +[0-9]+ +[0-9.]+%$'
+HEADER_RE='^name +objsize +live +slots +slabs +memory +in use +free +allocs +frees +remote$'
+SIZE='[0-9]+(\.[0-9])? (B|KiB|MiB|GiB|TiB)'
+ROW_RE="^kmalloc-[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +$SIZE +$SIZE +([0-9.]+%|-) +[0-9]+ +[0-9]+ +([0-9.]+%|-)\$"
 
-# check_table FILE WHAT - header, kmalloc rows, a totals line that adds up
+# rows FILE - the table's rows (not the total) as tab-separated fields: name, live,
+# slots, slabs, free, allocs ("-" for what a row has not: the block rows' counts)
+rows() {
+	awk -v OFS='\t' '
+		/^name / { on = 1; next }
+		on && /^total / { exit }
+		on { off = ($1 == "large" || $1 == "huge" || $1 == "start-up")
+		     name = off ? $1 " " $2 : $1
+		     print name, $(3 + off), $(4 + off), $(5 + off), $(10 + off), $(11 + off) }' "$1"
+}
+
+# check_table FILE WHAT - header, account, kmalloc rows, a totals line that adds up
 check_table() {
 	local f=$1 what=$2
-	if ! grep -qE '^uslab [0-9.]+, dwcas ' "$f"; then
+	if ! grep -qE '^uslab [0-9.]+, dwcas [^,]+, pid [0-9]+, ' "$f"; then
 		real_bad "$what: no summary line"; real_show "$f" output; return
+	fi
+	if ! grep -qE "^  memory committed +$SIZE +100% " "$f" ||
+		[ "$(grep -cE "^  (objects in use|free in slabs|large blocks|large, kept|huge blocks|huge, kept|start-up arena|free, not returned|segment headers) +$SIZE " "$f")" != 9 ]; then
+		real_bad "$what: no account of the committed memory"; real_show "$f" output; return
 	fi
 	if ! grep -qE "$HEADER_RE" "$f"; then
 		real_bad "$what: no table header"; real_show "$f" output; return
 	fi
-	local rows
-	rows=$(grep -cE "$ROW_RE" "$f" || true)
-	if [ "$rows" -lt 1 ]; then
+	local n
+	n=$(grep -cE "$ROW_RE" "$f" || true)
+	if [ "$n" -lt 1 ]; then
 		real_bad "$what: no kmalloc row"; real_show "$f" output; return
 	fi
 	# the totals line sums the live objects, slabs and allocations of the rows
-	if awk '
-		/^cache / { on = 1; next }
-		on && /^total \(/ { split($(NF-6), o, "/"); split($(NF-5), s, "/");
-			tl = o[1]; ts = s[1]; ta = $(NF-2); ncache = $2; sub(/\(/, "", ncache); done = 1; next }
-		on { split($3, o, "/"); split($4, s, "/"); l += o[1]; sl += s[1]; a += $7; n++ }
-		END { exit !(done && l == tl && sl == ts && a == ta && n == ncache) }' "$f"; then
-		real_ok "$what: header, $rows kmalloc rows, totals add up"
+	if rows "$f" | awk -F'\t' -v total="$(grep -E '^total ' "$f")" '
+		{ if ($2 != "-") l += $2; if ($4 != "-") s += $4; if ($6 != "-") a += $6 }
+		END { split(total, t, / +/); exit !(l == t[2] && s == t[4] && a == t[10]) }'; then
+		real_ok "$what: summary, account, header, $n kmalloc rows, totals add up"
 	else
 		real_bad "$what: the totals line does not add up"
 		real_show "$f" output
@@ -56,33 +71,37 @@ env LD_PRELOAD="$USLAB_LIB" USLAB_STATS_FILE="$dump" ls -R /usr/share >/dev/null
 TOOL "$dump" >"$tmp/t.out" 2>"$tmp/t.err" || real_bad "uslabinfo FILE failed: $(cat "$tmp/t.err")"
 check_table "$tmp/t.out" "uslabinfo ls.json"
 
-# default order: memory, largest first (compare the dump's numbers, not the human units)
+# default order: memory, largest first (compare the dump's numbers, not the human units);
+# the blocks outside caches are rows too
 want=$("$PY" -c '
 import json, sys
-c = json.load(open(sys.argv[1]))["caches"]
-print(" ".join(x["name"] for x in sorted(c, key=lambda x: (-x["memory_bytes"], x["name"]))))' "$dump")
-got=$(awk '/^cache /{on=1;next} on && !/^total \(/{printf "%s%s", sep, $1; sep=" "}' "$tmp/t.out")
-[ "$got" = "$want" ] && real_ok "default sort is by memory" || real_bad "default order is not by memory: $got"
+d = json.load(open(sys.argv[1]))
+rows = [(x["memory_bytes"], x["name"]) for x in d["caches"]]
+for name, key in (("large blocks", "large_bytes"), ("huge blocks", "huge_bytes"),
+                  ("start-up arena", "startup_arena_cut_bytes")):
+    if d.get(key):
+        rows.append((d[key], name))
+print("|".join(n for m, n in sorted(rows, key=lambda r: (-r[0], r[1]))))' "$dump")
+got=$(rows "$tmp/t.out" | cut -f1 | paste -sd'|')
+[ "$got" = "$want" ] && real_ok "default sort is by memory" || real_bad "default order is not by memory: $got, want $want"
+grep -q '^start-up arena ' "$tmp/t.out" && real_ok "the start-up arena has a row" ||
+	real_bad "no start-up arena row (ls cut $("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["startup_arena_cut_bytes"])' "$dump") bytes from it)"
 
 TOOL --sort name "$dump" >"$tmp/n.out"
-awk '/^cache /{on=1;next} on && !/^total \(/{print $1}' "$tmp/n.out" >"$tmp/names"
+rows "$tmp/n.out" | cut -f1 >"$tmp/names"
 LC_ALL=C sort -c "$tmp/names" 2>/dev/null && real_ok "--sort name: alphabetical" || real_bad "--sort name is not alphabetical"
 
-for key in live allocs; do
-	col=$([ $key = live ] && echo 3 || echo 7)
+for key in live allocs free; do
+	col=$(case $key in live) echo 2;; allocs) echo 6;; free) echo 5;; esac)
 	TOOL --sort $key "$dump" >"$tmp/k.out"
-	awk -v c=$col '/^cache /{on=1;next} on && !/^total \(/{split($c, v, "/"); print v[1]}' \
-		"$tmp/k.out" >"$tmp/vals"
-	sort -n -r -c "$tmp/vals" 2>/dev/null && real_ok "--sort $key: largest first" ||
+	rows "$tmp/k.out" | cut -f$col | sed 's/%//; s/^-$/0/' >"$tmp/vals"
+	sort -g -r -c "$tmp/vals" 2>/dev/null && real_ok "--sort $key: largest first" ||
 		real_bad "--sort $key is not descending"
 done
-TOOL --sort waste "$dump" >"$tmp/w.out"
-awk '/^cache /{on=1;next} on && !/^total \(/{sub(/%/, "", $6); print $6}' "$tmp/w.out" >"$tmp/vals"
-sort -g -r -c "$tmp/vals" 2>/dev/null && real_ok "--sort waste: largest first" || real_bad "--sort waste is not descending"
 
 TOOL -n 3 "$dump" >"$tmp/top.out"
-[ "$(awk '/^cache /{on=1;next} on && !/^total \(/' "$tmp/top.out" | wc -l)" = 3 ] &&
-	real_ok "--top 3 shows three caches" || real_bad "--top 3 does not show three caches"
+[ "$(rows "$tmp/top.out" | wc -l)" = 3 ] &&
+	real_ok "--top 3 shows three rows" || real_bad "--top 3 does not show three rows"
 
 # ---- --plot ------------------------------------------------------------------------------------
 svg=$tmp/memory.svg
@@ -140,6 +159,9 @@ expect_error "JSON that is not a dump" "not a uslab statistics dump" "$tmp/other
 : >"$tmp/empty.json"
 expect_error "an empty file" "is empty" "$tmp/empty.json"
 expect_error "a bad --sort" "invalid choice" --sort size "$dump"
-expect_error "no arguments" "give a FILE or -- CMD" 
+expect_error "no arguments" "give a FILE, -- CMD or --pid PID"
+expect_error "FILE and --pid" "give one of FILE, -- CMD or --pid PID" --pid 1 "$dump"
+expect_error "--watch without --pid" "^uslabinfo: --watch needs --pid" --watch 1 "$dump"
+expect_error "a bad --watch" "is not a number of seconds > 0" --pid 1 --watch 0
 "$SCRIPT" --help >"$tmp/h.out" && grep -q -- '--sort' "$tmp/h.out" && grep -q -- '--plot' "$tmp/h.out" &&
 	real_ok "--help" || real_bad "--help does not describe --sort and --plot"

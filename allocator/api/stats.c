@@ -539,10 +539,13 @@ static void say(const char *fmt, const char *arg)
  * reader (uslabinfo --watch) never sees half a report. */
 static void write_json_file(const char *path, const struct report *r)
 {
-	char tmp[4096 + 16];
+	static atomic_long_t writes;   /* each writer its own name: a handler may
+					  interrupt one, a thread race another */
+	char tmp[4096 + 48];
 	struct out o;
 
-	snprintf(tmp, sizeof(tmp), "%s.%d.tmp", path, (int)getpid());
+	snprintf(tmp, sizeof(tmp), "%s.%d.%ld.tmp", path, (int)getpid(),
+		 atomic_long_inc_return_relaxed(&writes));
 	o = (struct out){ .fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644) };
 	if (o.fd < 0) {
 		say("uslab: cannot write statistics to %s\n", path);
@@ -608,8 +611,11 @@ static void stats_dump(const char *origin, bool table_too)
  * and are summed under heaps_lock, so the snapshot leaves them out; the
  * report at exit, uslab_stats_print and uslab_stats_json have them. When
  * seg_lock stays busy (a thread is inside the allocator, perhaps the one
- * interrupted), the handler asks for the whole report instead (deferred
- * work: the next slow path of any thread writes it, and one is near).
+ * interrupted), the handler leaves the snapshot to the next slow path of
+ * any thread (deferred work; one is near, since a thread is in the
+ * allocator), which waits for the lock. Either way the report is the same
+ * snapshot: written from a slow path, it reads and changes nothing more
+ * than from the handler.
  */
 static struct row snap_rows[MAX_CACHES + 3];
 static uint16_t snap_index[MAX_CACHES];   /* cache id -> 1 + its row, 0: none yet */
@@ -649,18 +655,20 @@ static void snap_head(struct slab *head, void *arg)
 	w->used += inuse * s->stride;
 }
 
-static void stats_snapshot(void)
+/* The snapshot: try (the handler) leaves it to the next slow path when
+ * seg_lock stays busy; from there (deferred work) it waits for the lock. */
+static void stats_snapshot(bool try)
 {
 	char buf[4096];
 	const char *path;
 	struct report r = { .origin = "signal", .rows = snap_rows, .cap = MAX_CACHES + 3 };
 	struct out o = { .fd = stats_fd };
-	bool walked = report_totals(&r, snap_head, true);
+	bool walked = report_totals(&r, snap_head, try);
 
 	for (size_t i = 0; i < r.nrows; i++)   /* the index is clear for the next one */
 		snap_index[snap_rows[i].id] = 0;
 	if (!walked) {
-		WRITE_ONCE(deferred_pending, 1);   /* the whole report, at the next slow path */
+		WRITE_ONCE(deferred_pending, 1);
 		return;
 	}
 	/* as mallinfo2 counts it: every slot a slab's word has out */
@@ -674,22 +682,43 @@ static void stats_snapshot(void)
 		write_table(&o, &r);
 }
 
+/*
+ * One snapshot at a time (the signal may reach several threads at once,
+ * and the deferred one may run beside a handler): snap_busy is 0 (idle),
+ * 1 (one being written) or 2 (and asked for again meanwhile: the writer
+ * writes another, so that no request is answered by a report that began
+ * before it).
+ */
+static void stats_snapshot_once(bool try)
+{
+	int idle = 0, running = 1;
+
+	/* acq_rel, both: pair with the writer's release of 0 below */
+	if (!try_cmpxchg_acq_rel(&snap_busy, &idle, 1)) {
+		for (int seen = idle; seen == 1 && !try_cmpxchg_acq_rel(&snap_busy, &seen, 2);)
+			;
+		return;
+	}
+	for (;;) {
+		stats_snapshot(try);
+		running = 1;
+		if (try_cmpxchg_acq_rel(&snap_busy, &running, 0))
+			return;
+		WRITE_ONCE(snap_busy, 1);   /* it was 2: once more */
+	}
+}
+
 static void stats_signalled(void)
 {
-	stats_dump("signal", false);
+	stats_snapshot_once(false);
 }
 
 static void stats_signal(int sig)
 {
-	int zero = 0, saved = errno;
+	int saved = errno;
 
 	(void)sig;
-	/* one report at a time (the signal may reach two threads at once);
-	 * acq_rel: pairs with the release below of the previous report */
-	if (try_cmpxchg_acq_rel(&snap_busy, &zero, 1)) {
-		stats_snapshot();
-		smp_store_release(&snap_busy, 0);
-	}
+	stats_snapshot_once(true);
 	errno = saved;
 }
 

@@ -19,19 +19,26 @@
 
 #include <time.h>
 
-/* seg_lock for the signal path: tried for up to about 20 ms (a thread of
- * the process may be holding it in a slow path), never waited on, since
- * the holder may be the very thread the handler interrupted. */
+/* seg_lock for the signal path: tried for up to 50 ms (a thread of the
+ * process may be holding it in a slow path, or be preempted holding it),
+ * never waited on, since the holder may be the very thread the handler
+ * interrupted. clock_gettime and nanosleep are async-signal-safe. */
 static bool seg_lock_try_for_signal(void)
 {
-	struct timespec pause = { 0, 200 * 1000 };
+	struct timespec now, pause = { 0, 100 * 1000 };
+	long long deadline = -1;
 
-	for (int i = 0; i < 100; i++) {
+	for (;;) {
 		if (mutex_trylock(&seg_lock))
 			return true;
-		nanosleep(&pause, NULL);   /* async-signal-safe */
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		long long ms = (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+		if (deadline < 0)
+			deadline = ms + 50;
+		else if (ms >= deadline)
+			return false;
+		nanosleep(&pause, NULL);
 	}
-	return false;
 }
 
 bool segment_account(struct seg_account *a, void (*head_fn)(struct slab *head, void *arg),

@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# stats_signal.sh - USLAB_STATS_SIGNAL answers at once, from an idle process:
+# a python3 that made its blocks and sleeps (no allocation, so no slow path
+# that deferred work could use) gets the signal and the report is there within
+# a second, each time (a new file each time, renamed into place), with its
+# 100 large blocks; without a file the table goes to stderr. Then
+# tools/uslabinfo --pid (one report), --watch with --count (several), --watch
+# until the process exits, and its errors (a process started without the
+# variables, no such process).
+set -euo pipefail
+source "$(dirname "$0")/common.bash"
+unset USLAB_STATS USLAB_STATS_FILE USLAB_STATS_SIGNAL
+real_init stats_signal "live reports from idle processes"
+real_need python3
+PY=$(python3 -c 'import sys; print(sys.executable)')   # the interpreter, not a shim
+SCRIPT=$(cd "$(dirname "$0")/../.." && pwd)/tools/uslabinfo
+TOOL() { "$PY" "$SCRIPT" "$@"; }
+tmp=$REAL_TMP
+bg=
+real_at_exit '[ -z "$bg" ] || { kill "$bg" 2>/dev/null; wait "$bg" 2>/dev/null; }'
+echo "LD_PRELOAD=$USLAB_LIB, python $PY"
+
+# Blocks of every kind (PYTHONMALLOC=malloc: the small objects too), then sleep:
+# idle from then on.
+IDLE='
+import sys, time
+big = [bytearray(100000) for i in range(100)]
+small = [str(i) * 3 for i in range(50000)]
+print("ready", flush=True)
+time.sleep(float(sys.argv[1]))
+'
+# start_idle SECONDS ENV... - run IDLE in the background with the preload; wait for it.
+start_idle() {
+	local secs=$1
+	shift
+	env LD_PRELOAD="$USLAB_LIB" PYTHONMALLOC=malloc "$@" "$PY" -c "$IDLE" "$secs" >"$tmp/idle.out" 2>"$tmp/idle.err" &
+	bg=$!
+	for _ in $(seq 300); do
+		grep -q ready "$tmp/idle.out" 2>/dev/null && return 0
+		sleep 0.1
+	done
+	real_bad "the idle process did not start"
+	return 1
+}
+stop_idle() {
+	kill "$bg" 2>/dev/null || true
+	wait "$bg" 2>/dev/null || true
+	bg=
+}
+now_ms() { date +%s%3N; }
+inode() { stat -c %i "$1" 2>/dev/null || echo none; }
+
+# ---- the signal, to a file --------------------------------------------------------------
+f=$tmp/live-%p.json
+if start_idle 60 USLAB_STATS_SIGNAL=USR2 USLAB_STATS_FILE="$f"; then
+	f=$tmp/live-$bg.json
+	worst=0
+	for round in 1 2 3; do
+		before=$(inode "$f")
+		t0=$(now_ms)
+		kill -USR2 "$bg"
+		while [ "$(inode "$f")" = "$before" ] && [ $(($(now_ms) - t0)) -lt 3000 ]; do
+			sleep 0.01
+		done
+		took=$(($(now_ms) - t0))
+		[ "$took" -gt "$worst" ] && worst=$took
+		[ "$(inode "$f")" != "$before" ] || break
+	done
+	if [ "$(inode "$f")" != "$before" ] && [ "$worst" -lt 1000 ]; then
+		real_ok "an idle process answered 3 signals, each within a second (slowest ${worst} ms)"
+	else
+		real_bad "an idle process did not answer a signal within a second (${worst} ms)"
+		real_show "$tmp/idle.err" stderr
+	fi
+	if msg=$("$PY" - "$f" "$bg" <<'PY' 2>&1
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["report"] == "signal", d.get("report")
+assert d["pid"] == int(sys.argv[2]), d["pid"]
+assert d["large_blocks"] >= 100, d["large_blocks"]
+assert d["large_bytes"] >= 100 * 100000, d["large_bytes"]
+parts = ("objects_bytes", "slab_free_bytes", "large_bytes", "large_kept_bytes", "huge_bytes",
+         "huge_cached_bytes", "startup_arena_cut_bytes", "dirty_bytes", "segment_header_bytes")
+assert sum(d[k] for k in parts) == d["total_committed_bytes"], "the account does not add up"
+live = sum(c["live_objects"] for c in d["caches"])
+assert live >= 50000, live
+assert all("alloc_fast" not in c for c in d["caches"]), "counters in a snapshot"
+print("%d large blocks, %d live objects in %d caches" % (d["large_blocks"], live, len(d["caches"])))
+PY
+	); then
+		real_ok "the snapshot: $msg, the account adds up"
+	else
+		real_bad "the snapshot is not as expected: $msg"
+	fi
+
+	# ---- uslabinfo --pid ---------------------------------------------------------------
+	t0=$(now_ms)
+	if TOOL --pid "$bg" >"$tmp/pid.out" 2>"$tmp/pid.err" &&
+		grep -qE "^uslab [0-9.]+, dwcas [^,]+, pid $bg, python3?[^:]*: .*\(live snapshot" "$tmp/pid.out" &&
+		grep -qE '^large blocks +- +1[0-9][0-9] ' "$tmp/pid.out" &&
+		grep -qE '^  memory committed ' "$tmp/pid.out"; then
+		real_ok "uslabinfo --pid: the idle process's table, large blocks included ($(($(now_ms) - t0)) ms)"
+	else
+		real_bad "uslabinfo --pid: no table of the idle process"
+		real_show "$tmp/pid.out" stdout
+		real_show "$tmp/pid.err" stderr
+	fi
+	if TOOL --pid "$bg" --watch 0.2 --count 3 -n 5 >"$tmp/watch.out" 2>"$tmp/watch.err" &&
+		[ "$(grep -c "^uslab .*, pid $bg, " "$tmp/watch.out")" = 3 ]; then
+		real_ok "uslabinfo --watch 0.2 --count 3: three reports"
+	else
+		real_bad "uslabinfo --watch 0.2 --count 3: not three reports"
+		real_show "$tmp/watch.err" stderr
+	fi
+	stop_idle
+fi
+
+# --watch until the process exits
+if start_idle 2 USLAB_STATS_SIGNAL=USR1 USLAB_STATS_FILE="$tmp/short.json"; then
+	rc=0
+	TOOL --pid "$bg" --watch 0.3 >"$tmp/w.out" 2>"$tmp/w.err" || rc=$?
+	n=$(grep -c "^uslab .*, pid $bg, " "$tmp/w.out" || true)
+	if [ "$rc" = 0 ] && [ "$n" -ge 2 ] && grep -q "process $bg exited" "$tmp/w.err"; then
+		real_ok "uslabinfo --watch: $n reports, then 'exited' and status 0 when the process ends"
+	else
+		real_bad "uslabinfo --watch until exit: status $rc, $n reports"
+		real_show "$tmp/w.err" stderr
+	fi
+	stop_idle
+fi
+
+# ---- the signal without a file: the table on stderr ------------------------------------------
+if start_idle 60 USLAB_STATS_SIGNAL=USR2; then
+	kill -USR2 "$bg"
+	for _ in $(seq 100); do
+		grep -q '^total ' "$tmp/idle.err" && break
+		sleep 0.01
+	done
+	if grep -qE '^uslab statistics \(dwcas: [^)]+\), pid [0-9]+, .*\(live snapshot' "$tmp/idle.err" &&
+		grep -qE '^large blocks +- +1[0-9][0-9] ' "$tmp/idle.err" && grep -q '^total ' "$tmp/idle.err"; then
+		real_ok "without USLAB_STATS_FILE: the snapshot table on the idle process's stderr within a second"
+	else
+		real_bad "without USLAB_STATS_FILE: no table on stderr within a second"
+		real_show "$tmp/idle.err" stderr
+	fi
+	rc=0
+	TOOL --pid "$bg" >"$tmp/e.out" 2>"$tmp/e.err" || rc=$?
+	[ "$rc" = 1 ] && grep -q "has no USLAB_STATS_FILE" "$tmp/e.err" &&
+		real_ok "uslabinfo --pid without USLAB_STATS_FILE: $(cat "$tmp/e.err")" ||
+		real_bad "uslabinfo --pid without USLAB_STATS_FILE: status $rc, $(cat "$tmp/e.err")"
+	stop_idle
+fi
+
+# ---- uslabinfo --pid errors -----------------------------------------------------------------
+sleep 30 &
+plain=$!
+rc=0
+TOOL --pid "$plain" >"$tmp/e.out" 2>"$tmp/e.err" || rc=$?
+kill "$plain" 2>/dev/null; wait "$plain" 2>/dev/null || true
+[ "$rc" = 1 ] && grep -q "has no USLAB_STATS_SIGNAL" "$tmp/e.err" && [ ! -s "$tmp/e.out" ] &&
+	real_ok "uslabinfo --pid of a process without the variables: $(cat "$tmp/e.err")" ||
+	real_bad "uslabinfo --pid of a process without the variables: status $rc, $(cat "$tmp/e.err")"
+rc=0
+TOOL --pid 999999999 >"$tmp/e.out" 2>"$tmp/e.err" || rc=$?
+[ "$rc" = 1 ] && grep -q "no process 999999999" "$tmp/e.err" &&
+	real_ok "uslabinfo --pid of no process: $(cat "$tmp/e.err")" ||
+	real_bad "uslabinfo --pid of no process: status $rc, $(cat "$tmp/e.err")"

@@ -289,7 +289,7 @@ static void write_account(struct out *o, const struct report *r)
 	LINE("start-up arena", r->arena_cut, "%s in live blocks; %s", human(b, r->arena_live),
 	     r->arena_on ? "serving" : "ended");
 	LINE("free, not returned", a->dirty_bytes, "%s",
-	     "free memory kept for reuse: returned after USLAB_DECAY_MS or over the dirty budget");
+	     "free units still committed, for reuse; decay returns them (USLAB_DECAY_MS)");
 	LINE("segment headers", a->header_bytes, "allocator metadata: %zu segments of 4 MiB",
 	     a->segments);
 #undef LINE

@@ -249,6 +249,8 @@ static bool report_gather(struct report *r, const char *origin)
 	caches_for_each_report(cache_row, r);
 	r->in_use = uslab_mallinfo().uordblks;
 	report_totals(r, NULL, false);
+	/* the report's own rows are not the program's metadata */
+	r->meta_mapped -= round_up(r->cap * sizeof(*r->rows), os_page_size());
 	/* objects in use as the rows count them: the reporting thread's cached
 	 * objects are free, other threads' count as live (docs/stats.md) */
 	for (size_t i = 0; i < r->nrows; i++)
@@ -298,62 +300,80 @@ static void write_account(struct out *o, const struct report *r)
 	out_printf(o, "%s of other metadata mapped, touched in part)\n", human(b, r->meta_mapped));
 }
 
+/* One line of the table: counts below 0, and the counters when not
+ * counted, print as "-". */
+struct line {
+	const char *name;
+	long objsize, live, slots, slabs;
+	size_t memory, used;
+	bool counted;
+	long allocs, frees, remote;
+};
+
+static const char *count_text(char buf[24], long v)
+{
+	snprintf(buf, 24, v < 0 ? "-" : "%ld", v);
+	return buf;
+}
+
 #define TABLE_FMT "%-18s %7s %9s %9s %6s %11s %11s %6s %11s %11s %7s\n"
+
+static void table_line(struct out *o, const struct line *l)
+{
+	char osz[24], live[24], slots[24], slabs[24], al[24], fe[24];
+	char mem[HUMAN_LEN], used[HUMAN_LEN], free[HUMAN_LEN], rem[HUMAN_LEN];
+	size_t in_use = l->used < l->memory ? l->used : l->memory;
+
+	if (l->counted)
+		percent(rem, (size_t)(l->remote > 0 ? l->remote : 0),
+			(size_t)(l->frees > 0 ? l->frees : 0));
+	else
+		snprintf(rem, sizeof(rem), "-");
+	out_printf(o, TABLE_FMT, l->name, l->objsize ? count_text(osz, l->objsize) : "",
+		   count_text(live, l->live), count_text(slots, l->slots),
+		   count_text(slabs, l->slabs), human(mem, l->memory), human(used, l->used),
+		   percent(free, l->memory - in_use, l->memory),
+		   count_text(al, l->counted ? l->allocs : -1),
+		   count_text(fe, l->counted ? l->frees : -1), rem);
+}
 
 static void write_rows(struct out *o, const struct report *r)
 {
-	char mem[HUMAN_LEN], used[HUMAN_LEN], fr[HUMAN_LEN], rem[HUMAN_LEN], live[24], slots[24], slabs[24], al[24], fe[24];
-	long tl = 0, ta = 0, tf = 0, tremote = 0;
-	size_t tslots = 0, tslabs = 0, tmem = 0, tused = 0;
+	struct line total = { .name = "total", .counted = r->counters };
 
 	out_printf(o, TABLE_FMT, "name", "objsize", "live", "slots", "slabs", "memory", "in use",
 		   "free", "allocs", "frees", "remote");
 	for (size_t i = 0; i < r->nrows; i++) {
 		const struct row *w = &r->rows[i];
 		const long *st = w->stat;
-		long allocs = st[STAT_ALLOC_FAST] + st[STAT_ALLOC_SLOW];
-		long frees = st[STAT_FREE_FAST] + st[STAT_FREE_LOCAL] + st[STAT_FREE_REMOTE];
-		long remote = st[STAT_FREE_REMOTE] + st[STAT_FOREIGN_FLUSHED];
-		size_t nslots = w->slabs * w->objects_per_slab;
 		bool cache = w->kind == ROW_CACHE;
+		struct line l = {
+			.name = w->name,
+			.objsize = cache ? (long)w->object_size : -1,
+			.live = w->live,
+			.slots = cache ? (long)(w->slabs * w->objects_per_slab) : -1,
+			.slabs = cache ? (long)w->slabs : -1,
+			.memory = w->memory,
+			.used = w->used,
+			.counted = cache && r->counters,
+			.allocs = st[STAT_ALLOC_FAST] + st[STAT_ALLOC_SLOW],
+			.frees = st[STAT_FREE_FAST] + st[STAT_FREE_LOCAL] + st[STAT_FREE_REMOTE],
+			.remote = st[STAT_FREE_REMOTE] + st[STAT_FOREIGN_FLUSHED],
+		};
 
-		snprintf(live, sizeof(live), w->live < 0 ? "-" : "%ld", w->live);
-		snprintf(slots, sizeof(slots), cache ? "%zu" : "-", nslots);
-		snprintf(slabs, sizeof(slabs), cache ? "%zu" : "-", w->slabs);
-		snprintf(al, sizeof(al), cache && r->counters ? "%ld" : "-", allocs);
-		snprintf(fe, sizeof(fe), cache && r->counters ? "%ld" : "-", frees);
-		if (cache && r->counters)
-			percent(rem, (size_t)(remote > 0 ? remote : 0), (size_t)(frees > 0 ? frees : 0));
-		else
-			snprintf(rem, sizeof(rem), "-");
-		char osz[24];
-		snprintf(osz, sizeof(osz), cache ? "%zu" : "-", w->object_size);
-		out_printf(o, TABLE_FMT, w->name, osz, live, slots, slabs, human(mem, w->memory),
-			   human(used, w->used), percent(fr, w->memory - (w->used < w->memory ? w->used : w->memory), w->memory),
-			   al, fe, rem);
-		tl += w->live > 0 ? w->live : 0;
-		tslots += nslots;
-		tslabs += w->slabs;
-		tmem += w->memory;
-		tused += w->used < w->memory ? w->used : w->memory;
-		if (cache) {
-			ta += allocs;
-			tf += frees;
-			tremote += remote;
+		table_line(o, &l);
+		total.live += l.live > 0 ? l.live : 0;
+		total.slots += l.slots > 0 ? l.slots : 0;
+		total.slabs += l.slabs > 0 ? l.slabs : 0;
+		total.memory += l.memory;
+		total.used += l.used < l.memory ? l.used : l.memory;
+		if (l.counted) {
+			total.allocs += l.allocs;
+			total.frees += l.frees;
+			total.remote += l.remote;
 		}
 	}
-	const char *name = "total";
-	snprintf(live, sizeof(live), "%ld", tl);
-	snprintf(slots, sizeof(slots), "%zu", tslots);
-	snprintf(slabs, sizeof(slabs), "%zu", tslabs);
-	snprintf(al, sizeof(al), r->counters ? "%ld" : "-", ta);
-	snprintf(fe, sizeof(fe), r->counters ? "%ld" : "-", tf);
-	if (r->counters)
-		percent(rem, (size_t)(tremote > 0 ? tremote : 0), (size_t)(tf > 0 ? tf : 0));
-	else
-		snprintf(rem, sizeof(rem), "-");
-	out_printf(o, TABLE_FMT, name, "", live, slots, slabs, human(mem, tmem), human(used, tused),
-		   percent(fr, tmem - tused, tmem), al, fe, rem);
+	table_line(o, &total);
 }
 
 static const char legend[] =

@@ -238,6 +238,8 @@ int main(void)
 	atomic_store(&stop, 1);
 	for (int i = 0; i < THREADS; i++)
 		pthread_join(tid[i], NULL);
+	for (int i = 0; i < THREADS; i++)   /* posted to a worker that had left */
+		drain(i);
 	if (!bursts || answered != bursts) {
 		fprintf(stderr, "%ld of %ld bursts of signals got no report\n", bursts - answered,
 			bursts);

@@ -9,10 +9,11 @@
  * a read of the running totals (segment_committed_bytes) and a walk made a
  * moment later would not. Read-only: it changes nothing it visits.
  *
- * A signal handler may ask (try): then seg_lock is only tried, a few times,
- * without the lock-rank bookkeeping (the interrupted thread may be in the
- * middle of its own), and false says the walk did not happen. Everything
- * else it does is loads and a release store, which a handler may do.
+ * A signal handler may ask (try): then seg_lock is only tried, for up to
+ * 50 ms, without the lock-rank bookkeeping (the interrupted thread may be
+ * in the middle of its own), and false says the walk did not happen.
+ * Everything else is loads, and the unlock (a release exchange, and a futex
+ * wake if a thread waits), which a handler may do.
  */
 #define _GNU_SOURCE
 #include "local.h"

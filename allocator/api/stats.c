@@ -649,7 +649,7 @@ static void snap_head(struct slab *head, void *arg)
 	struct report *r = arg;
 	struct uslab_cache *s = READ_ONCE(head->cache);
 
-	if (head->kind != SLAB_KIND_SLAB || !s || s->id >= MAX_CACHES)
+	if (READ_ONCE(head->kind) != SLAB_KIND_SLAB || !s || s->id >= MAX_CACHES)
 		return;
 	size_t inuse = ctr_inuse(dwcas_read(&head->xword).hi);
 	struct row *w;

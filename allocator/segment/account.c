@@ -63,11 +63,15 @@ bool segment_account(struct seg_account *a, void (*head_fn)(struct slab *head, v
 		runs_units += used;
 		for (unsigned i = SEG_HDR_UNITS; i < SEG_UNITS; i++) {
 			struct slab *d = &seg->desc[i];
+			/* a large block's free claims it by its kind, without
+			 * seg_lock (malloc/kmalloc.c, free_nonsmall): a run read
+			 * as TAIL here is counted as kept */
+			uint8_t kind = READ_ONCE(d->kind);
 
-			if (d->kind == SLAB_KIND_SLAB) {
+			if (kind == SLAB_KIND_SLAB) {
 				a->slab_bytes += (size_t)d->nunits << UNIT_SHIFT;
 				a->slab_runs++;
-			} else if (d->kind == SLAB_KIND_LARGE) {
+			} else if (kind == SLAB_KIND_LARGE) {
 				a->large_bytes += (size_t)d->nunits << UNIT_SHIFT;
 				a->large_runs++;
 			} else {

@@ -211,10 +211,10 @@ int main(void)
 	stats_init();
 	cache = uslab_cache_create("signal-stress", 136, 0, 0, NULL);
 	REQUIRE(cache);
-	for (int i = 0; i < THREADS; i++) {
+	for (int i = 0; i < THREADS; i++)   /* all first: a worker posts to the next */
 		pthread_mutex_init(&box[i].lock, NULL);
+	for (int i = 0; i < THREADS; i++)
 		REQUIRE(pthread_create(&tid[i], NULL, worker, (void *)(intptr_t)i) == 0);
-	}
 	for (double end = test_now() + seconds; test_now() < end; bursts++) {
 		uint64_t before = version_of(path);
 
@@ -271,7 +271,8 @@ int main(void)
 		uslab_cache_free(cache, live[i]);
 	CHECK_EQ(uslab_cache_destroy(cache), 0);
 	printf("%ld bursts of 20 signals, each answered; %.1f s\n", bursts, seconds);
-	WRITE_ONCE(deferred_pending, 0);   /* no report after the directory has gone */
+	WRITE_ONCE(deferred_pending, 0);   /* no report after the directory has gone, */
+	options_reset();                   /* nor at exit */
 	unlink(path);
 	rmdir(dir);
 	return test_done("stats_signal_stress");

@@ -9,10 +9,10 @@
  * Once per process tree: the environment is inherited, so every child of a
  * program started with a bad value would repeat its warnings (a shell script
  * running 30 commands prints 30). The first process that warns leaves a
- * marker in its environment, USLAB_WARNED=<hash of the entries it warned
- * about> (options_mark_warned, from the constructor, where setting it may
- * allocate); a process whose marker matches its own entries stays quiet, and
- * one with other bad entries than its parent's warns about them.
+ * marker in its environment, USLAB_WARNED=<hash>,<hash>,... with one hash
+ * per entry it warned about (options_mark_warned, from the constructor); a
+ * process stays quiet about the entries its marker lists, warns about any
+ * other, and adds those to the marker its own children inherit.
  */
 #define _GNU_SOURCE
 #include "platform.h"

@@ -225,7 +225,7 @@ void slab_free_cached(struct uslab_cache *s, struct slab *slab, void *obj);
  */
 static inline void *cache_alloc_fast(struct uslab_cache *s)
 {
-	void *obj = uslab_cpu_pop_(cpu_fast(this_cpu_slab(s)), s->fp_offset, fp_key);
+	void *obj = uslab_cpu_pop_(cpu_fast(this_cpu_slab(s)), s->fp_offset, fp_key_get());
 
 	if (likely(obj))
 		return obj;
@@ -236,7 +236,7 @@ static inline void cache_free_fast(struct uslab_cache *s, void *obj)
 {
 	struct cpu_slab *c = this_cpu_slab(s);
 
-	if (likely(uslab_cpu_push_(cpu_fast(c), obj, s->fp_offset, fp_key)))
+	if (likely(uslab_cpu_push_(cpu_fast(c), obj, s->fp_offset, fp_key_get())))
 		return;
 	cache_free_slow(s, c, obj);
 }

@@ -389,7 +389,7 @@ void *cache_alloc_slow(struct uslab_cache *s)
 	stat_add(s, STAT_ALLOC_SLOW, 1);
 	if (!c->freelist && !cpu_refill(s, c))
 		return NULL;
-	return uslab_cpu_pop_(cpu_fast(c), s->fp_offset, fp_key);
+	return uslab_cpu_pop_(cpu_fast(c), s->fp_offset, fp_key_get());
 }
 
 struct slab *object_slab(struct uslab_cache *s, void *obj, const char *call)
@@ -466,7 +466,7 @@ void slab_free_cached(struct uslab_cache *s, struct slab *slab, void *obj)
 	if (!c->foreign_left)   /* budget spent, or a new cpu slab */
 		flush_foreign(s, c);
 	c->foreign_left--;
-	uslab_cpu_link_(cpu_fast(c), obj, s->fp_offset, fp_key);
+	uslab_cpu_link_(cpu_fast(c), obj, s->fp_offset, fp_key_get());
 }
 
 /*

@@ -189,7 +189,7 @@ static inline void kfree(void *p, const char *call)
 						return;
 				} else if (likely(c->foreign_left && p != c->freelist)) {
 					c->foreign_left--;
-					uslab_cpu_link_(cpu_fast(c), p, 0, fp_key);
+					uslab_cpu_link_(cpu_fast(c), p, 0, fp_key_get());
 					return;
 				}
 			}

@@ -8,6 +8,19 @@
 
 int vg_state = -1;
 
+/* Memcheck answers a request for the validity bits of an addressable byte
+ * (1); without valgrind, or under another tool, the request returns 0. */
+bool vg_memcheck_probe(void)
+{
+#if VG_HOOKS
+	char byte = 0, vbits;
+
+	return RUNNING_ON_VALGRIND && VALGRIND_GET_VBITS(&byte, &vbits, 1) == 1;
+#else
+	return false;
+#endif
+}
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>

@@ -209,7 +209,9 @@ static inline void san_unpoison(const void *p, size_t n)
 
 /* ---- valgrind's memcheck --------------------------------------------------------------
  * Built where valgrind's headers are: its client requests, a few
- * instructions that do nothing outside valgrind. vg_running() asks once. */
+ * instructions that do nothing outside valgrind. vg_running() asks once
+ * whether the program runs under memcheck (not merely valgrind: under
+ * callgrind, say, the inline fast paths must stay what they are). */
 #if defined(__has_include)
 #if __has_include(<valgrind/memcheck.h>)
 #include <valgrind/memcheck.h>
@@ -221,12 +223,13 @@ static inline void san_unpoison(const void *p, size_t n)
 #endif
 
 extern int vg_state;   /* platform.c: -1 not asked yet, else 0 or 1 */
+bool vg_memcheck_probe(void);
 
 static inline bool vg_running(void)
 {
 #if VG_HOOKS
 	if (unlikely(READ_ONCE(vg_state) < 0))   /* racy first calls agree */
-		WRITE_ONCE(vg_state, RUNNING_ON_VALGRIND ? 1 : 0);
+		WRITE_ONCE(vg_state, vg_memcheck_probe());
 	return READ_ONCE(vg_state);
 #else
 	return false;

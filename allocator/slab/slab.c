@@ -36,6 +36,11 @@ uintptr_t fp_key_setup(void)
 	return key;
 }
 
+__attribute__((constructor)) static void fp_key_at_load(void)
+{
+	fp_key_setup();
+}
+
 /* ---- partial list (list_lock held) ----------------------------------------- */
 
 static void add_partial(struct uslab_cache *s, struct slab *slab)

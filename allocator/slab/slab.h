@@ -191,15 +191,23 @@ static inline const char *cache_free_call(const struct uslab_cache *s)
 extern uintptr_t fp_key;
 uintptr_t fp_key_setup(void);
 
+/* A plain load, which the fast paths fold into their XOR: the key is set
+ * by a constructor, before the program's threads (fp_key_setup covers the
+ * calls that come earlier, from other libraries' constructors). */
+static inline uintptr_t fp_key_get(void)
+{
+	return fp_key;
+}
+
 /* The free pointer: the one pair of helpers. */
 static inline void *fp_get(const struct uslab_cache *s, const void *obj)
 {
-	return uslab_fp_load_((const char *)obj + s->fp_offset, fp_key);
+	return uslab_fp_load_((const char *)obj + s->fp_offset, fp_key_get());
 }
 
 static inline void fp_set(const struct uslab_cache *s, void *obj, void *fp)
 {
-	uslab_fp_store_((char *)obj + s->fp_offset, fp, fp_key);
+	uslab_fp_store_((char *)obj + s->fp_offset, fp, fp_key_get());
 }
 
 /*
@@ -246,7 +254,7 @@ static inline void slab_clear_owner(struct slab *slab)
  * that obj belongs there and is not the head (double free). */
 static inline void slab_local_push(struct slab *slab, void *obj, uint32_t fp_offset)
 {
-	uslab_fp_store_((char *)obj + fp_offset, slab->local_free, fp_key);
+	uslab_fp_store_((char *)obj + fp_offset, slab->local_free, fp_key_get());
 	slab->local_free = obj;
 	slab->local_count++;
 }

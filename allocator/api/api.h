@@ -13,6 +13,29 @@
 #pragma GCC visibility push(hidden)
 
 void stats_init(void);                 /* stats.c: the signal, if any */
+
+/* debug.c: USLAB_DEBUG=1. debug_mode is -1 until the first malloc-family
+ * call reads the option (debug_resolve), then 0 or 1; off, each entry point
+ * pays one load and one branch. malloc and free hand the whole call to
+ * debug_malloc_call/debug_free_call when debug_mode is not 0, so their fast
+ * paths need no stack frame for it. site: the caller's return address. */
+extern int debug_mode;
+bool debug_resolve(void);
+static inline bool debug_active(void)
+{
+	return unlikely(READ_ONCE(debug_mode) != 0) && debug_resolve();
+}
+static inline bool debug_maybe(void)
+{
+	return unlikely(READ_ONCE(debug_mode) != 0);
+}
+void *debug_malloc_call(size_t size, const void *site);   /* then kmalloc if off */
+void debug_free_call(void *p, const char *call, const void *site);   /* then kfree if off */
+void *debug_alloc(size_t size, size_t align, bool zero, const char *call, const void *site);
+void debug_free(void *p, size_t size, const char *call, const void *site);   /* size: SIZE_MAX, or free_sized's */
+void *debug_realloc(void *p, size_t size, const void *site);
+size_t debug_usable_size(void *p);
+#define DEBUG_SITE __builtin_return_address(0)
 bool uslab_fork_took_locks_(void);     /* process.c: for tests */
 
 #pragma GCC visibility pop

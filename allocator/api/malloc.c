@@ -20,11 +20,15 @@
 
 USLAB_API void *uslab_malloc(size_t n)
 {
+	if (debug_maybe())
+		return debug_malloc_call(n, DEBUG_SITE);
 	return kmalloc(n);
 }
 
 USLAB_API void uslab_free(void *p)
 {
+	if (debug_maybe())
+		return debug_free_call(p, "free", DEBUG_SITE);
 	kfree(p, "free");
 }
 
@@ -37,6 +41,8 @@ USLAB_API void *uslab_calloc(size_t n, size_t m)
 		errno = ENOMEM;
 		return NULL;
 	}
+	if (debug_active())
+		return debug_alloc(bytes, 0, true, "calloc", DEBUG_SITE);
 	if (bytes > SMALL_MAX) {
 		bool zeroed = false;
 
@@ -55,6 +61,8 @@ USLAB_API void *uslab_realloc(void *p, size_t n)
 {
 	void *q;
 
+	if (debug_active())
+		return debug_realloc(p, n, DEBUG_SITE);
 	if (!p)
 		return kmalloc(n);
 	if (n == 0) {
@@ -93,13 +101,16 @@ static size_t pow2_ceil(size_t a)
 	return (size_t)1 << (64 - __builtin_clzl(a - 1));
 }
 
-USLAB_API void *uslab_memalign(size_t align, size_t n)
+/* memalign for the call at site (the debug mode names it) */
+static void *memalign_at(size_t align, size_t n, const char *call, const void *site)
 {
 	align = pow2_ceil(align);
 	if (!align) {
 		errno = EINVAL;
 		return NULL;
 	}
+	if (debug_active())
+		return debug_alloc(n, align, false, call, site);
 	if (align <= 8)
 		return kmalloc(n);
 	if (align <= 16)   /* classes from 16 up are multiples of 16 */
@@ -107,9 +118,14 @@ USLAB_API void *uslab_memalign(size_t align, size_t n)
 	return kmalloc_aligned(align, n);
 }
 
+USLAB_API void *uslab_memalign(size_t align, size_t n)
+{
+	return memalign_at(align, n, "memalign", DEBUG_SITE);
+}
+
 USLAB_API void *uslab_aligned_alloc(size_t align, size_t n)
 {
-	return uslab_memalign(align, n);
+	return memalign_at(align, n, "aligned_alloc", DEBUG_SITE);
 }
 
 USLAB_API int uslab_posix_memalign(void **out, size_t align, size_t n)
@@ -119,7 +135,7 @@ USLAB_API int uslab_posix_memalign(void **out, size_t align, size_t n)
 	if (align < sizeof(void *) || (align & (align - 1)))
 		return EINVAL;
 	int saved = errno;
-	p = uslab_memalign(align, n);
+	p = memalign_at(align, n, "posix_memalign", DEBUG_SITE);
 	if (!p) {
 		errno = saved;   /* posix_memalign reports through its result only */
 		return ENOMEM;
@@ -130,7 +146,7 @@ USLAB_API int uslab_posix_memalign(void **out, size_t align, size_t n)
 
 USLAB_API void *uslab_valloc(size_t n)
 {
-	return uslab_memalign(os_page_size(), n);
+	return memalign_at(os_page_size(), n, "valloc", DEBUG_SITE);
 }
 
 USLAB_API void *uslab_pvalloc(size_t n)
@@ -142,24 +158,28 @@ USLAB_API void *uslab_pvalloc(size_t n)
 		errno = ENOMEM;
 		return NULL;
 	}
-	return uslab_memalign(page, r);
+	return memalign_at(page, r, "pvalloc", DEBUG_SITE);
 }
 
 USLAB_API size_t uslab_malloc_usable_size(void *p)
 {
+	if (debug_active())
+		return debug_usable_size(p);
 	return kmalloc_usable_size(p, "malloc_usable_size");
 }
 
 USLAB_API void uslab_free_sized(void *p, size_t n)
 {
-	(void)n;
+	if (debug_active())
+		return debug_free(p, n, "free_sized", DEBUG_SITE);
 	kfree(p, "free_sized");
 }
 
 USLAB_API void uslab_free_aligned_sized(void *p, size_t align, size_t n)
 {
 	(void)align;
-	(void)n;
+	if (debug_active())
+		return debug_free(p, n, "free_aligned_sized", DEBUG_SITE);
 	kfree(p, "free_aligned_sized");
 }
 

@@ -15,8 +15,21 @@
 
 #define EXPORT USLAB_API
 
-EXPORT void *malloc(size_t n) { return kmalloc(n); }
-EXPORT void free(void *p) { kfree(p, "free"); }
+/* malloc and free: the inline paths, and the debug mode's (api.h) */
+EXPORT void *malloc(size_t n)
+{
+	if (debug_maybe())
+		return debug_malloc_call(n, DEBUG_SITE);
+	return kmalloc(n);
+}
+
+EXPORT void free(void *p)
+{
+	if (debug_maybe())
+		return debug_free_call(p, "free", DEBUG_SITE);
+	kfree(p, "free");
+}
+
 EXPORT void *calloc(size_t n, size_t m) { return uslab_calloc(n, m); }
 EXPORT void *realloc(void *p, size_t n) { return uslab_realloc(p, n); }
 EXPORT void *reallocarray(void *p, size_t n, size_t m) { return uslab_reallocarray(p, n, m); }
@@ -28,7 +41,7 @@ EXPORT void *pvalloc(size_t n) { return uslab_pvalloc(n); }
 EXPORT size_t malloc_usable_size(void *p) { return uslab_malloc_usable_size(p); }
 EXPORT void free_sized(void *p, size_t n) { uslab_free_sized(p, n); }
 EXPORT void free_aligned_sized(void *p, size_t a, size_t n) { uslab_free_aligned_sized(p, a, n); }
-EXPORT void cfree(void *p) { kfree(p, "cfree"); }
+EXPORT void cfree(void *p) { free(p); }
 EXPORT int malloc_trim(size_t pad) { (void)pad; return uslab_trim(); }
 EXPORT int mallopt(int param, int value) { return uslab_mallopt(param, value); }
 EXPORT int malloc_info(int options, FILE *f) { return uslab_malloc_info(options, f); }
@@ -56,12 +69,12 @@ EXPORT struct mallinfo mallinfo(void)
 }
 
 /* glibc's internal names: programs that call them directly must get ours. */
-EXPORT void *__libc_malloc(size_t n) { return kmalloc(n); }
-EXPORT void __libc_free(void *p) { kfree(p, "free"); }
+EXPORT void *__libc_malloc(size_t n) { return malloc(n); }
+EXPORT void __libc_free(void *p) { free(p); }
 EXPORT void *__libc_calloc(size_t n, size_t m) { return uslab_calloc(n, m); }
 EXPORT void *__libc_realloc(void *p, size_t n) { return uslab_realloc(p, n); }
 EXPORT void *__libc_memalign(size_t a, size_t n) { return uslab_memalign(a, n); }
 EXPORT void *__libc_valloc(size_t n) { return uslab_valloc(n); }
 EXPORT void *__libc_pvalloc(size_t n) { return uslab_pvalloc(n); }
 EXPORT int __posix_memalign(void **out, size_t a, size_t n) { return uslab_posix_memalign(out, a, n); }
-EXPORT void __libc_cfree(void *p) { kfree(p, "cfree"); }
+EXPORT void __libc_cfree(void *p) { free(p); }

@@ -96,6 +96,7 @@ enum lock_rank {
 	RANK_META,               /* segment/: metadata memory */
 	RANK_ARENA,              /* malloc/: the start-up arena (a leaf) */
 	RANK_OPTIONS,            /* platform/: the first read of the environment */
+	RANK_DEBUG,              /* api/: the debug mode's table and quarantine (a leaf) */
 	RANK_MAX
 };
 #if USLAB_ASSERTS >= 1

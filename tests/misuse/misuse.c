@@ -428,7 +428,8 @@ static void case_uaf_tail_small(void)
 
 /* ---- overflows ---------------------------------------------------------------------------------
  * Blocks of 64 bytes until two are adjacent (the second starts where the
- * first's usable size ends, or up to 16 bytes on, past a header). */
+ * first's usable size ends, or up to 16 bytes on, past a header); with
+ * none adjacent, the first two. */
 static void adjacent_pair(char **a, char **b)
 {
 	static char *pool[256];
@@ -445,7 +446,8 @@ static void adjacent_pair(char **a, char **b)
 			}
 		}
 	}
-	_exit(103);   /* no adjacent blocks: the case cannot run */
+	*a = pool[0];   /* none adjacent (red zones between): past the first one */
+	*b = pool[1];
 }
 
 static void overflow_live(size_t by)

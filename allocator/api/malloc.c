@@ -178,8 +178,8 @@ USLAB_API void uslab_free_sized(void *p, size_t n)
 USLAB_API void uslab_free_aligned_sized(void *p, size_t align, size_t n)
 {
 	(void)align;
-	if (debug_active())
-		return debug_free(p, n, "free_aligned_sized", DEBUG_SITE);
+	if (debug_active())   /* C++'s unsized aligned delete passes 0: no size said */
+		return debug_free(p, n ? n : SIZE_MAX, "free_aligned_sized", DEBUG_SITE);
 	kfree(p, "free_aligned_sized");
 }
 

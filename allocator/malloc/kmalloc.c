@@ -12,10 +12,31 @@
 
 /* ---- large blocks ------------------------------------------------------------ */
 
-static void *large_alloc(size_t n, bool *zeroed)
+#define LARGE_MAX_UNITS ((unsigned)(LARGE_MAX >> UNIT_SHIFT))
+
+static unsigned units_of(size_t n)
 {
-	unsigned units = (unsigned)((n + UNIT_SIZE - 1) >> UNIT_SHIFT);
+	return (unsigned)((n + UNIT_SIZE - 1) >> UNIT_SHIFT);
+}
+
+/*
+ * The calling thread's kept runs (segment.h), its heap made first if it has
+ * none: a thread that only ever allocates large blocks (a worker filling
+ * buffers) has no other reason to have one, and would take seg_lock for
+ * every block and every free.
+ */
+static struct run_cache *large_runs(void)
+{
 	struct run_cache *rc = heap_runs();
+
+	if (unlikely(!rc) && cpu_slab_get(kmalloc_cache(0)))
+		rc = heap_runs();
+	return rc;
+}
+
+static void *large_alloc(unsigned units, bool *zeroed)
+{
+	struct run_cache *rc = large_runs();
 	struct slab *head = rc ? run_cache_take(rc, units) : NULL;
 
 	if (head) {   /* a run this thread freed: committed, not zero */
@@ -31,6 +52,17 @@ static void *large_alloc(size_t n, bool *zeroed)
 		return NULL;
 	head->base = slab_start(head);
 	return (void *)head->base;
+}
+
+/* A freed large run (claimed: marked TAIL) is kept by the freeing thread,
+ * if it has allocated large blocks lately (run_cache_put's credit), else
+ * it goes back to its segment. */
+static void large_free(struct slab *head)
+{
+	struct run_cache *rc = heap_runs();
+
+	if (!rc || !run_cache_put(rc, head))
+		segment_free_units(head);
 }
 
 /* *zeroed (if not NULL): the block reads as zero (fresh from the OS). */
@@ -50,7 +82,7 @@ void *malloc_large_or_huge(size_t n, size_t align, bool *zeroed)
 				*zeroed = false;
 			return p;
 		}
-		return large_alloc(n, zeroed);
+		return large_alloc(units_of(n), zeroed);
 	}
 	/* calloc (zeroed) gets no huge pages: a big zeroed table is often
 	 * touched here and there, and a 4 KiB page costs only where it is */
@@ -83,7 +115,6 @@ noinline cold void free_invalid(const void *p, const char *call)
 void free_nonsmall(void *p, struct slab *slab, const char *call)
 {
 	if (slab) {
-		struct run_cache *rc = heap_runs();
 		uint8_t kind = SLAB_KIND_LARGE;
 
 		if ((uintptr_t)p != slab->base)
@@ -93,8 +124,7 @@ void free_nonsmall(void *p, struct slab *slab, const char *call)
 		 * (large_alloc) and releases this free to a racing second one */
 		if (!try_cmpxchg_acq_rel(&slab->kind, &kind, SLAB_KIND_TAIL))
 			uslab_fatal(call, p, kind == SLAB_KIND_TAIL ? "double free" : "invalid pointer");
-		if (!rc || !run_cache_put(rc, slab))   /* kept runs stay marked TAIL: freed */
-			segment_free_units(slab);
+		large_free(slab);   /* kept runs stay marked TAIL: freed */
 		return;
 	}
 	if (!huge_free(p))
@@ -153,11 +183,49 @@ size_t kmalloc_usable_size(const void *p, const char *call)
 }
 
 /*
- * Resize p in place when its block allows it: the same small class range,
- * a large run that can grow into free neighbouring units or shrink, or a
- * huge mapping that mremap can resize (moving it if needed). have is p's
- * usable size (kmalloc_usable_size: realloc has checked p with it). Returns
- * the (possibly moved) block, or NULL when the caller must allocate and copy.
+ * Large block p (its run headed by slab) resized to n bytes, n large too.
+ * In place when it shrinks by less than half (the units stay: a buffer that
+ * shrinks a little often grows again), or shrinks more (the tail goes back),
+ * or when the units after it are free. Else it moves to a new run with room
+ * to grow: half as much again as it had, so that a block grown in small
+ * steps among other growing blocks moves a logarithmic number of times,
+ * not whenever a neighbour stands in its way. The room is units the block
+ * has not touched: committed only if they already were. NULL: no memory,
+ * p unchanged.
+ */
+static void *large_resize(void *p, struct slab *slab, size_t n)
+{
+	unsigned units = units_of(n), have = slab->nunits;
+	unsigned roomy = have + have / 2;
+
+	if (units <= have) {
+		if (units > have / 2)
+			return p;
+		return segment_resize_units(slab, units) ? p : NULL;
+	}
+	if (roomy < units)   /* doubling or more: the request is its own room */
+		roomy = units;
+	if (roomy > LARGE_MAX_UNITS)
+		roomy = LARGE_MAX_UNITS;
+	if (segment_resize_units(slab, roomy) || (roomy > units && segment_resize_units(slab, units)))
+		return p;
+	void *q = large_alloc(roomy, NULL);
+
+	if (!q)
+		q = large_alloc(units, NULL);
+	if (q) {
+		memcpy(q, p, (size_t)have << UNIT_SHIFT);
+		free_nonsmall(p, slab, "realloc");
+	}
+	return q;
+}
+
+/*
+ * Resize p where its block allows it: the same small class range, a large
+ * run (large_resize: in place, or moved with room to grow), or a huge
+ * mapping that mremap can resize (moving it if needed). have is p's usable
+ * size (kmalloc_usable_size: realloc has checked p with it). Returns the
+ * (possibly moved) block, or NULL when the caller must allocate and copy.
  */
 void *kmalloc_resize(void *p, size_t n, size_t have)
 {
@@ -167,12 +235,8 @@ void *kmalloc_resize(void *p, size_t n, size_t have)
 	 * and would not fit in half */
 	if ((slab && slab->kind == SLAB_KIND_SLAB) || (!slab && arena_owns(p)))
 		return (n <= have && (n > have / 2 || have <= 16)) ? p : NULL;
-	if (slab) {   /* large */
-		if (n <= SMALL_MAX || n > LARGE_MAX)
-			return NULL;
-		unsigned units = (unsigned)((n + UNIT_SIZE - 1) >> UNIT_SHIFT);
-		return segment_resize_units(slab, units) ? p : NULL;
-	}
+	if (slab)   /* large */
+		return n > SMALL_MAX && n <= LARGE_MAX ? large_resize(p, slab, n) : NULL;
 	return n > LARGE_MAX ? huge_resize(p, n) : NULL;
 }
 

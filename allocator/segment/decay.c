@@ -45,9 +45,9 @@ static void purge(uint64_t now, uint64_t decay, size_t keep_units)
 	unsigned nr, purged = 0;
 	bool aging = keep_units == SIZE_MAX;
 
-	lock_ranked(&seg_lock, RANK_SEG);
+	seg_lock_take();
 	if (purge_busy) {   /* another thread is purging: it will do */
-		unlock_ranked(&seg_lock, RANK_SEG);
+		seg_unlock();
 		return;
 	}
 	purge_busy = true;
@@ -73,20 +73,20 @@ static void purge(uint64_t now, uint64_t decay, size_t keep_units)
 			}
 		}
 		purge_nr_inflight = nr;
-		unlock_ranked(&seg_lock, RANK_SEG);
+		seg_unlock();
 		if (unlikely(purge_test_hook))
 			purge_test_hook();
 		for (unsigned k = 0; k < nr; k++)
 			os_decommit((char *)r[k].seg + ((size_t)r[k].first << UNIT_SHIFT),
 				    (size_t)r[k].n << UNIT_SHIFT);
-		lock_ranked(&seg_lock, RANK_SEG);
+		seg_lock_take();
 		for (unsigned k = 0; k < nr; k++)
 			units_give(r[k].seg, r[k].first, r[k].n, false);
 		purge_nr_inflight = 0;
 		purged += nr;
 	} while (nr == PURGE_BATCH);
 	purge_busy = false;
-	unlock_ranked(&seg_lock, RANK_SEG);
+	seg_unlock();
 	if (purged)   /* segments it emptied of dirt may go now */
 		segment_release_empty_over((unsigned)option(OPT_RESERVE_SEGMENTS));
 }

@@ -17,6 +17,19 @@ extern mutex_t seg_lock;
 extern struct segment *seg_list;
 extern size_t clean_free_units;    /* free units that hold no memory */
 extern size_t dirty_free_units;    /* free units still committed */
+extern unsigned long seg_lock_taken;   /* times seg_lock was taken (segment_lock_count) */
+
+/* seg_lock, counted: tests hold the paths that must not take it to that. */
+static inline void seg_lock_take(void)
+{
+	lock_ranked(&seg_lock, RANK_SEG);
+	WRITE_ONCE(seg_lock_taken, seg_lock_taken + 1);
+}
+
+static inline void seg_unlock(void)
+{
+	unlock_ranked(&seg_lock, RANK_SEG);
+}
 
 bool bit(const uint64_t *map, unsigned i);
 unsigned next_bit(const uint64_t *map, unsigned i, bool want);

@@ -28,6 +28,7 @@ FORK_LOCK(seg_lock, RANK_SEG);
 struct segment *seg_list;
 size_t clean_free_units;
 size_t dirty_free_units;
+unsigned long seg_lock_taken;
 static unsigned nr_empty_segments;
 static atomic_long_t mapped_bytes;
 
@@ -37,6 +38,11 @@ static atomic_long_t mapped_bytes;
 static void registry_set(uintptr_t seg, bool on)
 {
 	smp_store_release(&seg_registry[seg >> SEG_SHIFT], (uint8_t)on);
+}
+
+unsigned long segment_lock_count(void)
+{
+	return READ_ONCE(seg_lock_taken);
 }
 
 size_t segment_mapped_bytes(void)
@@ -341,7 +347,7 @@ struct slab *segment_alloc_units(unsigned n, uint8_t kind, bool *zeroed)
 	struct segment *seg, *fresh = NULL;
 	unsigned first = SEG_HDR_UNITS;
 
-	lock_ranked(&seg_lock, RANK_SEG);
+	seg_lock_take();
 	while (!(seg = find_free_run(n, &first))) {
 		if (fresh) {   /* mapped on the last round: it serves */
 			seg = fresh;
@@ -351,15 +357,15 @@ struct slab *segment_alloc_units(unsigned n, uint8_t kind, bool *zeroed)
 			break;
 		}
 		/* Map outside the lock; another thread may free units meanwhile. */
-		unlock_ranked(&seg_lock, RANK_SEG);
+		seg_unlock();
 		fresh = segment_map();
 		if (!fresh)
 			return NULL;
-		lock_ranked(&seg_lock, RANK_SEG);
+		seg_lock_take();
 	}
 	struct slab *head = run_claim(seg, first, n, kind, zeroed);
 
-	unlock_ranked(&seg_lock, RANK_SEG);
+	seg_unlock();
 	if (fresh)   /* raced: someone else made room; keep ours as the reserve */
 		segment_give_back(fresh);
 	segment_decay();
@@ -369,9 +375,9 @@ struct slab *segment_alloc_units(unsigned n, uint8_t kind, bool *zeroed)
 /* A mapped, never-listed segment joins the list as an empty reserve. */
 void segment_give_back(struct segment *seg)
 {
-	lock_ranked(&seg_lock, RANK_SEG);
+	seg_lock_take();
 	seg_list_add_new(seg);
-	unlock_ranked(&seg_lock, RANK_SEG);
+	seg_unlock();
 	segment_release_empty_over((unsigned)option(OPT_RESERVE_SEGMENTS));
 }
 
@@ -381,12 +387,12 @@ void segment_free_units(struct slab *head)
 	unsigned first = desc_unit(head), n = head->nunits;
 
 	ASSERT(head->head == head && n >= 1 && first + n <= SEG_UNITS);
-	lock_ranked(&seg_lock, RANK_SEG);
+	seg_lock_take();
 	descs_clear(seg, first, n);
 	units_give(seg, first, n, true);
 	biased_dec_return(&seg->users);
 	bool empty = seg->free_units == SEG_UNITS - SEG_HDR_UNITS;
-	unlock_ranked(&seg_lock, RANK_SEG);
+	seg_unlock();
 	if (empty)
 		segment_release_empty_over((unsigned)option(OPT_RESERVE_SEGMENTS));
 	segment_decay();
@@ -400,9 +406,9 @@ int segment_unit_state(const void *p)
 	unsigned i = (unsigned)(((uintptr_t)p - (uintptr_t)seg) >> UNIT_SHIFT);
 	int state;
 
-	lock_ranked(&seg_lock, RANK_SEG);
+	seg_lock_take();
 	state = !bit(seg->free_map, i) ? 0 : bit(seg->dirty_map, i) ? 1 : 2;
-	unlock_ranked(&seg_lock, RANK_SEG);
+	seg_unlock();
 	return state;
 }
 
@@ -417,7 +423,7 @@ void segment_release_empty_over(unsigned keep)
 {
 	struct segment *victims = NULL, *seg, *next;
 
-	lock_ranked(&seg_lock, RANK_SEG);
+	seg_lock_take();
 	for (seg = seg_list; seg && nr_empty_segments > keep; seg = next) {
 		next = seg->next;
 		if (seg->free_units != SEG_UNITS - SEG_HDR_UNITS || seg->dirty_units)
@@ -432,7 +438,7 @@ void segment_release_empty_over(unsigned keep)
 		seg->next = victims;
 		victims = seg;
 	}
-	unlock_ranked(&seg_lock, RANK_SEG);
+	seg_unlock();
 	for (seg = victims; seg; seg = next) {
 		next = seg->next;
 		segment_unmap(seg);
@@ -441,13 +447,13 @@ void segment_release_empty_over(unsigned keep)
 
 void segment_for_each_slab(void (*fn)(struct slab *, void *), void *arg)
 {
-	lock_ranked(&seg_lock, RANK_SEG);
+	seg_lock_take();
 	for (struct segment *seg = seg_list; seg; seg = seg->next)
 		for (unsigned i = SEG_HDR_UNITS; i < SEG_UNITS; i++)
 			if (seg->desc[i].kind == SLAB_KIND_SLAB ||
 			    seg->desc[i].kind == SLAB_KIND_LARGE)
 				fn(&seg->desc[i], arg);
-	unlock_ranked(&seg_lock, RANK_SEG);
+	seg_unlock();
 }
 
 /* A fork child, seg_lock held (the fork handlers hold every lock): the
@@ -470,64 +476,155 @@ bool segment_resize_units(struct slab *head, unsigned n)
 	if (n == have)
 		return true;
 	if (n < have) {
-		lock_ranked(&seg_lock, RANK_SEG);
+		seg_lock_take();
 		descs_clear(seg, first + n, have - n);
 		units_give(seg, first + n, have - n, true);
 		head->nunits = (uint16_t)n;
-		unlock_ranked(&seg_lock, RANK_SEG);
+		seg_unlock();
 		segment_decay();
 		return true;
 	}
 	if (first + n > SEG_UNITS)
 		return false;
-	lock_ranked(&seg_lock, RANK_SEG);
+	seg_lock_take();
 	for (unsigned i = first + have; i < first + n; i++) {
 		if (!bit(seg->free_map, i)) {
-			unlock_ranked(&seg_lock, RANK_SEG);
+			seg_unlock();
 			return false;
 		}
 	}
 	units_take(seg, first + have, n - have, NULL);
 	descs_join(seg, first + have, n - have, head);
 	head->nunits = (uint16_t)n;
-	unlock_ranked(&seg_lock, RANK_SEG);
+	seg_unlock();
 	return true;
 }
 
 /* ---- runs a thread keeps ------------------------------------------------------------ */
 
-bool run_cache_put(struct run_cache *rc, struct slab *head)
+/*
+ * A kept run is out of its segment (its units are not in free_map, it holds
+ * one of the segment's `users`), so its descriptors are its keeper's alone,
+ * as any run's are its owner's: splitting and joining kept runs rewrites
+ * them without seg_lock. A kept run's head is marked TAIL (freed: a second
+ * free of its block finds it so), names itself and has its start as base,
+ * as a large block's head does; its later units name it and have base 0.
+ * A split makes a run the segment did not hand out, so it takes a `users`
+ * reference; a join gives one back. Neither brings `users` to zero (the
+ * other run stays out), so the release flag - set only under seg_lock and
+ * only while `users` is zero - cannot race with them: the biased word's own
+ * atomics are enough.
+ */
+
+/* Units [first, first + n) of seg name head as theirs. */
+static void descs_point(struct segment *seg, unsigned first, unsigned n, struct slab *head)
 {
-	if (rc->units + head->nunits > RUN_CACHE_UNITS)
-		return false;
-	for (unsigned i = 0; i < RUN_CACHE_RUNS; i++) {
-		if (!rc->runs[i]) {
-			rc->runs[i] = head;
-			rc->units += head->nunits;
-			return true;
-		}
-	}
-	return false;
+	for (unsigned i = first; i < first + n; i++)
+		WRITE_ONCE(seg->desc[i].head, head);
 }
 
-/* The smallest kept run of units..units*5/4 units, or NULL. */
+/* back, a kept run that starts where front ends, becomes front's tail. */
+static void run_join(struct slab *front, struct slab *back)
+{
+	struct segment *seg = ptr_segment(front);
+	unsigned n = back->nunits;
+
+	WRITE_ONCE(back->base, 0);
+	back->nunits = 0;
+	descs_point(seg, desc_unit(back), n, front);
+	front->nunits = (uint16_t)(front->nunits + n);
+	biased_dec_return(&seg->users);   /* front stays out: never the last */
+}
+
+/* The last nunits - n units of kept run head become a kept run of their
+ * own, which is returned; head keeps its first n. */
+static struct slab *run_split(struct slab *head, unsigned n)
+{
+	struct segment *seg = ptr_segment(head);
+	struct slab *rest = head + n;   /* descriptors are one array per segment */
+	unsigned left = head->nunits - n;
+
+	/* head is out, so users is not zero and no release is under way */
+	if (unlikely(!biased_try_get(&seg->users)))
+		uslab_fatal("malloc", head, "internal error: kept run in a segment being released");
+	head->nunits = (uint16_t)n;
+	rest->nunits = (uint16_t)left;
+	WRITE_ONCE(rest->base, slab_start(rest));
+	WRITE_ONCE(rest->kind, SLAB_KIND_TAIL);
+	descs_point(seg, desc_unit(rest), left, rest);
+	return rest;
+}
+
+/* Is b the run right after a in one segment? */
+static bool runs_adjacent(const struct slab *a, const struct slab *b)
+{
+	return ptr_segment(a) == ptr_segment(b) && a + a->nunits == b;
+}
+
+/*
+ * Keep a freed run (its head already marked TAIL), joined with the kept runs
+ * on either side of it, so that runs freed next to each other come back as
+ * one that serves a bigger block. false: no credit, or no room
+ * (RUN_CACHE_UNITS, or every slot taken by a run it does not touch); the
+ * caller gives it back.
+ */
+bool run_cache_put(struct run_cache *rc, struct slab *head)
+{
+	unsigned n = head->nunits;
+	int free_slot = -1;
+
+	if (!rc->credit || rc->units + n > RUN_CACHE_UNITS)
+		return false;
+	for (int i = 0; i < RUN_CACHE_RUNS; i++) {
+		struct slab *r = rc->runs[i];
+
+		if (r && runs_adjacent(r, head)) {
+			run_join(r, head);
+			head = r;
+		} else if (r && runs_adjacent(head, r)) {
+			run_join(head, r);
+		} else {
+			if (!r && free_slot < 0)
+				free_slot = i;
+			continue;
+		}
+		rc->runs[i] = NULL;   /* joined: head now stands for it */
+		if (free_slot < 0)
+			free_slot = i;
+	}
+	if (free_slot < 0)
+		return false;
+	rc->runs[free_slot] = head;
+	rc->units += n;
+	rc->credit--;
+	return true;
+}
+
+/*
+ * A run of exactly units units: cut from the front of the smallest kept run
+ * that holds it (best fit; the rest stays kept), or NULL. Its head is still
+ * marked TAIL: the caller hands it out.
+ */
 struct slab *run_cache_take(struct run_cache *rc, unsigned units)
 {
 	int best = -1;
 
-	if (!rc->units)
+	if (rc->credit < RUN_CACHE_CREDIT)
+		rc->credit++;
+	if (rc->units < units)
 		return NULL;
 	for (int i = 0; i < RUN_CACHE_RUNS; i++) {
 		struct slab *r = rc->runs[i];
-		if (r && r->nunits >= units && r->nunits <= units + units / 4 &&
-		    (best < 0 || r->nunits < rc->runs[best]->nunits))
+
+		if (r && r->nunits >= units && (best < 0 || r->nunits < rc->runs[best]->nunits))
 			best = i;
 	}
 	if (best < 0)
 		return NULL;
 	struct slab *r = rc->runs[best];
-	rc->runs[best] = NULL;
-	rc->units -= r->nunits;
+
+	rc->runs[best] = r->nunits > units ? run_split(r, units) : NULL;
+	rc->units -= units;
 	return r;
 }
 
@@ -591,7 +688,7 @@ long segment_check_descs(bool (*has_free_check)(const struct slab *head))
 {
 	long bad = 0;
 
-	lock_ranked(&seg_lock, RANK_SEG);
+	seg_lock_take();
 	for (struct segment *seg = seg_list; seg; seg = seg->next) {
 		for (unsigned i = 0; i < SEG_HDR_UNITS; i++)
 			if (seg->desc[i].head || seg->desc[i].kind || seg->desc[i].kfree_limit)
@@ -614,6 +711,6 @@ long segment_check_descs(bool (*has_free_check)(const struct slab *head))
 			}
 		}
 	}
-	unlock_ranked(&seg_lock, RANK_SEG);
+	seg_unlock();
 	return bad;
 }

@@ -189,6 +189,7 @@ void segment_free_units(struct slab *head);
 bool segment_resize_units(struct slab *head, unsigned nunits);
 size_t segment_mapped_bytes(void);
 size_t segment_committed_bytes(void);
+unsigned long segment_lock_count(void);               /* tests: seg_lock taken so far */
 void segment_give_back(struct segment *seg);
 void segment_release_empty_over(unsigned keep);       /* unmap empty segments */
 void segment_fork_child(void);                        /* fork child, locks held */
@@ -202,19 +203,27 @@ int segment_unit_state(const void *p);                /* tests: 0 used, 1 dirty,
 long segment_check_descs(bool (*has_free_check)(const struct slab *head));
 
 /*
- * Free runs a thread keeps for itself (struct thread_heap holds one): a
- * thread that frees a large block is likely to ask for one of the same size
- * soon, and a kept run spares two trips through seg_lock. Owner-only, no
- * lock; bounded; a kept run's head stays marked TAIL (freed).
+ * Free runs a thread keeps (struct thread_heap holds one): a thread that
+ * frees a large block is likely to ask for another soon, and a kept run
+ * spares two trips through seg_lock. A freed run joins the kept runs next
+ * to it in its segment; a request is cut from the smallest kept run that
+ * holds it (segment.c argues why neither needs seg_lock). Owner-only, no
+ * lock; bounded; a kept run's head stays marked TAIL (freed). Only a thread
+ * that takes runs keeps them: each take earns a credit (up to
+ * RUN_CACHE_CREDIT), each run kept spends one, so a thread that only frees
+ * blocks others allocated (a consumer) gives them back to their segments,
+ * where the producer finds them, instead of sitting on them.
  */
-#define RUN_CACHE_RUNS  8
-#define RUN_CACHE_UNITS 256                   /* ... up to 4 MiB of them */
+#define RUN_CACHE_RUNS   8
+#define RUN_CACHE_UNITS  256                  /* ... up to 4 MiB of them */
+#define RUN_CACHE_CREDIT 16
 struct run_cache {
 	struct slab *runs[RUN_CACHE_RUNS];
 	uint32_t units;
+	uint32_t credit;                      /* runs it may still keep */
 };
-bool run_cache_put(struct run_cache *rc, struct slab *head);
-struct slab *run_cache_take(struct run_cache *rc, unsigned units);   /* units..units*5/4 */
+bool run_cache_put(struct run_cache *rc, struct slab *head);          /* false: no room */
+struct slab *run_cache_take(struct run_cache *rc, unsigned units);   /* exactly units, or NULL */
 void run_cache_flush(struct run_cache *rc);
 
 /* ---- decay: giving free units' memory back (decay.c) -------------------------------- */

@@ -1,0 +1,204 @@
+/* large_runs_unit - large blocks a thread frees and allocates again stay with
+ * it, and realloc grows large blocks where they lie.
+ *
+ *   kept runs     a thread that frees a large block and asks for one no
+ *                 bigger (and more than half of it) gets it back without
+ *                 seg_lock and without a page fault - also a thread that
+ *                 never made a small block (it had no heap before)
+ *   joined runs   two neighbouring runs freed come back as one that serves
+ *                 a block of both sizes, without seg_lock
+ *   consumer      a thread that only frees large blocks others allocated
+ *                 keeps none of them: they go back to their segment
+ *   realloc       a large block grown in small steps beside another growing
+ *                 one moves a logarithmic number of times, keeping content;
+ *                 a shrink by less than half stays in place with its units
+ *   descriptors   every segment's descriptors as segment.h says, after each
+ */
+#define _GNU_SOURCE
+#include "test.h"
+#include "kmalloc_check.h"
+#include "uslab.h"
+
+#include <pthread.h>
+#include <sys/resource.h>
+
+#define KiB 1024ul
+
+static long thread_minflt(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_THREAD, &ru);
+	return ru.ru_minflt;
+}
+
+static void touch(unsigned char *p, size_t n)
+{
+	for (size_t i = 0; i < n; i += 4096)
+		p[i] = (unsigned char)i;
+	p[n - 1] = 1;
+}
+
+/* In a fresh thread (no small block ever): free a 512 KiB block, then 200
+ * times allocate 256-512 KiB, write every page, free it. */
+static void *kept_runs_thread(void *arg)
+{
+	long *result = arg;
+	uint64_t seed = 42;
+	unsigned char *p = uslab_malloc(512 * KiB);
+
+	REQUIRE(p != NULL);
+	touch(p, 512 * KiB);
+	uslab_free(p);
+	unsigned long locks = segment_lock_count();
+	long flt = thread_minflt();
+	for (int i = 0; i < 200; i++) {
+		size_t n = 256 * KiB + test_rand(&seed) % (256 * KiB);
+		unsigned char *q = uslab_malloc(n);
+
+		REQUIRE(q != NULL);
+		touch(q, n);
+		uslab_free(q);
+	}
+	result[0] = (long)(segment_lock_count() - locks);
+	result[1] = thread_minflt() - flt;
+	return NULL;
+}
+
+static void test_kept_runs(void)
+{
+	long result[2];
+	pthread_t t;
+
+	REQUIRE(pthread_create(&t, NULL, kept_runs_thread, result) == 0);
+	pthread_join(t, NULL);
+	printf("kept runs: 200 cycles of 256-512 KiB took seg_lock %ld times, %ld page faults\n",
+	       result[0], result[1]);
+	CHECK_EQ(result[0], 0);
+	CHECK(result[1] < 20);   /* the pages were the first block's */
+	CHECK_EQ(kmalloc_validate_all(), 0);
+}
+
+/* Two neighbours freed serve one block of both. */
+static void test_joined_runs(void)
+{
+	unsigned char *a = uslab_malloc(256 * KiB), *b = uslab_malloc(256 * KiB);
+
+	REQUIRE(a && b);
+	if (b != a + 256 * KiB) {
+		test_skip("the two runs are not neighbours here");
+		uslab_free(a);
+		uslab_free(b);
+		return;
+	}
+	uslab_free(b);
+	uslab_free(a);
+	unsigned long locks = segment_lock_count();
+	unsigned char *c = uslab_malloc(512 * KiB);
+
+	CHECK(c == a);
+	CHECK_EQ(segment_lock_count() - locks, 0);
+	CHECK_EQ(uslab_malloc_usable_size(c), 512 * KiB);
+	CHECK_EQ(kmalloc_validate_all(), 0);
+	/* and a run cut from a kept one: the rest stays kept */
+	uslab_free(c);
+	locks = segment_lock_count();
+	unsigned char *d = uslab_malloc(300 * KiB), *e = uslab_malloc(200 * KiB);
+	CHECK(d == a && e == a + round_up(300 * KiB, UNIT_SIZE));
+	CHECK_EQ(segment_lock_count() - locks, 0);
+	test_fill(d, 300 * KiB);
+	test_fill(e, 200 * KiB);
+	CHECK_EQ(kmalloc_validate_all(), 0);
+	CHECK(test_intact(d, 300 * KiB) && test_intact(e, 200 * KiB));
+	uslab_free(d);
+	uslab_free(e);
+	CHECK_EQ(kmalloc_validate_all(), 0);
+}
+
+enum { HANDED = 8 };
+static void *handed[HANDED];
+
+static void *consumer(void *arg)
+{
+	(void)arg;
+	uslab_free(uslab_malloc(64));   /* it has a heap, as a real consumer does */
+	for (int i = 0; i < HANDED; i++)
+		uslab_free(handed[i]);
+	for (int i = 0; i < HANDED; i++)   /* back in the segment: free and dirty */
+		CHECK_EQ(segment_unit_state(handed[i]), 1);
+	return NULL;
+}
+
+static void test_consumer_keeps_nothing(void)
+{
+	pthread_t t;
+
+	for (int i = 0; i < HANDED; i++) {
+		handed[i] = uslab_malloc(64 * KiB + (size_t)i * 16 * KiB);
+		REQUIRE(handed[i] != NULL);
+		touch(handed[i], 64 * KiB);
+	}
+	REQUIRE(pthread_create(&t, NULL, consumer, NULL) == 0);
+	pthread_join(t, NULL);
+	CHECK_EQ(kmalloc_validate_all(), 0);
+}
+
+/* Two buffers grown in turn by 1-2 KiB steps from 40 KiB to 1.5 MiB:
+ * without room to grow each would move whenever the other took the units
+ * after it. */
+static void test_realloc_grow(void)
+{
+	unsigned char *p[2] = { NULL, NULL };
+	size_t n[2] = { 0, 0 };
+	unsigned moves[2] = { 0, 0 };
+	uint64_t seed = 7, key[2] = { 11, 13 };
+
+	for (int k = 0; k < 2; k++) {
+		n[k] = 40 * KiB;
+		p[k] = uslab_malloc(n[k]);
+		REQUIRE(p[k] != NULL);
+		test_fill_seed(p[k], n[k], key[k]);
+	}
+	while (n[0] < 1536 * KiB || n[1] < 1536 * KiB) {
+		for (int k = 0; k < 2; k++) {
+			size_t m = n[k] + KiB + test_rand(&seed) % KiB;
+			unsigned char *q = uslab_realloc(p[k], m);
+
+			REQUIRE(q != NULL);
+			moves[k] += q != p[k];
+			if (q != p[k] && !test_intact_seed(q, n[k], key[k])) {
+				fprintf(stderr, "realloc lost content growing %zu -> %zu\n", n[k], m);
+				test_failures++;
+			}
+			p[k] = q;
+			n[k] = m;
+			test_fill_seed(q, m, key[k]);
+		}
+	}
+	printf("realloc: two buffers grown 40 KiB -> 1.5 MiB in 1-2 KiB steps moved %u and %u "
+	       "times\n", moves[0], moves[1]);
+	CHECK(moves[0] <= 8 && moves[1] <= 8);   /* log2(1.5 MiB / 40 KiB) = 5.3 */
+	CHECK_EQ(kmalloc_validate_all(), 0);
+
+	/* a shrink by less than half stays, with its units */
+	size_t have = uslab_malloc_usable_size(p[0]);
+	CHECK(uslab_realloc(p[0], have * 3 / 4) == p[0]);
+	CHECK_EQ(uslab_malloc_usable_size(p[0]), have);
+	/* by more: in place, the tail goes back */
+	CHECK(uslab_realloc(p[0], have / 4) == p[0]);
+	CHECK_EQ(uslab_malloc_usable_size(p[0]), round_up(have / 4, UNIT_SIZE));
+	CHECK(test_intact_seed(p[0], have / 4, key[0]));
+	CHECK_EQ(kmalloc_validate_all(), 0);
+	uslab_free(p[0]);
+	uslab_free(p[1]);
+	CHECK_EQ(kmalloc_validate_all(), 0);
+}
+
+int main(void)
+{
+	test_kept_runs();
+	test_joined_runs();
+	test_consumer_keeps_nothing();
+	test_realloc_grow();
+	return test_done("large_runs_unit");
+}

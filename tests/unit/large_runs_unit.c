@@ -143,41 +143,49 @@ static void test_consumer_keeps_nothing(void)
 	CHECK_EQ(kmalloc_validate_all(), 0);
 }
 
-/* Two buffers grown in turn by 1-2 KiB steps from 40 KiB to 1.5 MiB:
- * without room to grow each would move whenever the other took the units
- * after it. */
+/* Four buffers grown in turn by 1-2 KiB steps from 40 KiB to 1.5 MiB, with
+ * a 32 KiB block made (and an older one freed) between rounds: without room
+ * to grow, each would move whenever another block took the units after it. */
+enum { BUFS = 4, OTHERS = 8 };
+
 static void test_realloc_grow(void)
 {
-	unsigned char *p[2] = { NULL, NULL };
-	size_t n[2] = { 0, 0 };
-	unsigned moves[2] = { 0, 0 };
-	uint64_t seed = 7, key[2] = { 11, 13 };
+	unsigned char *p[BUFS], *other[OTHERS] = { NULL };
+	size_t n[BUFS];
+	unsigned moves[BUFS] = { 0 }, most = 0, round = 0;
+	uint64_t seed = 7;
 
-	for (int k = 0; k < 2; k++) {
+	for (int k = 0; k < BUFS; k++) {
 		n[k] = 40 * KiB;
 		p[k] = uslab_malloc(n[k]);
 		REQUIRE(p[k] != NULL);
-		test_fill_seed(p[k], n[k], key[k]);
+		test_fill_seed(p[k], n[k], (uint64_t)k + 11);
 	}
-	while (n[0] < 1536 * KiB || n[1] < 1536 * KiB) {
-		for (int k = 0; k < 2; k++) {
+	while (n[BUFS - 1] < 1536 * KiB) {
+		for (int k = 0; k < BUFS; k++) {
 			size_t m = n[k] + KiB + test_rand(&seed) % KiB;
 			unsigned char *q = uslab_realloc(p[k], m);
 
 			REQUIRE(q != NULL);
 			moves[k] += q != p[k];
-			if (q != p[k] && !test_intact_seed(q, n[k], key[k])) {
+			if (q != p[k] && !test_intact_seed(q, n[k], (uint64_t)k + 11)) {
 				fprintf(stderr, "realloc lost content growing %zu -> %zu\n", n[k], m);
 				test_failures++;
 			}
 			p[k] = q;
 			n[k] = m;
-			test_fill_seed(q, m, key[k]);
+			test_fill_seed(q, m, (uint64_t)k + 11);
 		}
+		unsigned o = round++ % OTHERS;
+		uslab_free(other[o]);
+		other[o] = uslab_malloc(32 * KiB);
+		REQUIRE(other[o] != NULL);
 	}
-	printf("realloc: two buffers grown 40 KiB -> 1.5 MiB in 1-2 KiB steps moved %u and %u "
-	       "times\n", moves[0], moves[1]);
-	CHECK(moves[0] <= 8 && moves[1] <= 8);   /* log2(1.5 MiB / 40 KiB) = 5.3 */
+	for (int k = 0; k < BUFS; k++)
+		most = moves[k] > most ? moves[k] : most;
+	printf("realloc: %d buffers grown 40 KiB -> 1.5 MiB in 1-2 KiB steps, other blocks "
+	       "made between: at most %u moves\n", BUFS, most);
+	CHECK(most <= 8);   /* log2(1.5 MiB / 40 KiB) = 5.3 */
 	CHECK_EQ(kmalloc_validate_all(), 0);
 
 	/* a shrink by less than half stays, with its units */
@@ -187,10 +195,12 @@ static void test_realloc_grow(void)
 	/* by more: in place, the tail goes back */
 	CHECK(uslab_realloc(p[0], have / 4) == p[0]);
 	CHECK_EQ(uslab_malloc_usable_size(p[0]), round_up(have / 4, UNIT_SIZE));
-	CHECK(test_intact_seed(p[0], have / 4, key[0]));
+	CHECK(test_intact_seed(p[0], have / 4, 11));
 	CHECK_EQ(kmalloc_validate_all(), 0);
-	uslab_free(p[0]);
-	uslab_free(p[1]);
+	for (int k = 0; k < BUFS; k++)
+		uslab_free(p[k]);
+	for (int o = 0; o < OTHERS; o++)
+		uslab_free(other[o]);
 	CHECK_EQ(kmalloc_validate_all(), 0);
 }
 

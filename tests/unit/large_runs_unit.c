@@ -75,7 +75,11 @@ static void test_kept_runs(void)
 	printf("kept runs: 200 cycles of 256-512 KiB took seg_lock %ld times, %ld page faults\n",
 	       result[0], result[1]);
 	CHECK_EQ(result[0], 0);
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+	/* the sanitizer's shadow of each page faults in as it is first touched */
+#else
 	CHECK(result[1] < 20);   /* the pages were the first block's */
+#endif
 	CHECK_EQ(kmalloc_validate_all(), 0);
 }
 

@@ -619,17 +619,19 @@ struct slab *run_cache_take(struct run_cache *rc, unsigned units)
 {
 	int best = -1;
 
-	if (rc->credit < RUN_CACHE_CREDIT)
-		rc->credit++;
-	if (rc->units < units)
-		return NULL;
-	for (int i = 0; i < RUN_CACHE_RUNS; i++) {
+	for (int i = 0; rc->units >= units && i < RUN_CACHE_RUNS; i++) {
 		struct slab *r = rc->runs[i];
 
 		if (r && r->nunits >= units && r->nunits <= 2 * units &&
 		    (best < 0 || r->nunits < rc->runs[best]->nunits))
 			best = i;
 	}
+	if (best < 0 && rc->units) {   /* it kept runs, and none serves */
+		rc->credit /= 2;
+		return NULL;
+	}
+	if (rc->credit < RUN_CACHE_CREDIT)
+		rc->credit++;
 	if (best < 0)
 		return NULL;
 	struct slab *r = rc->runs[best];

@@ -209,10 +209,13 @@ long segment_check_descs(bool (*has_free_check)(const struct slab *head));
  * to it in its segment; a request is cut from the smallest kept run that
  * holds it (segment.c argues why neither needs seg_lock). Owner-only, no
  * lock; bounded; a kept run's head stays marked TAIL (freed). Only a thread
- * that takes runs keeps them: each take earns a credit (up to
- * RUN_CACHE_CREDIT), each run kept spends one, so a thread that only frees
- * blocks others allocated (a consumer) gives them back to their segments,
- * where the producer finds them, instead of sitting on them.
+ * whose kept runs serve it keeps them: a take from an empty cache or a take
+ * served earns a credit (up to RUN_CACHE_CREDIT), a take that finds kept
+ * runs but none that fits halves it, each run kept spends one. So a thread
+ * that only frees blocks others allocated (a consumer) gives them back to
+ * their segments, where the producer finds them, and one whose sizes vary
+ * too much to reuse its own runs stops holding memory its next request
+ * cannot use.
  */
 #define RUN_CACHE_RUNS   8
 #define RUN_CACHE_UNITS  256                  /* ... up to 4 MiB of them */

@@ -68,11 +68,13 @@ bool segment_account(struct seg_account *a, void (*head_fn)(struct slab *head, v
 			 * as TAIL here is counted as kept */
 			uint8_t kind = READ_ONCE(d->kind);
 
+			/* and a kept run's keeper cuts and joins it (nunits)
+			 * without seg_lock too (segment.c, run_split/run_join) */
 			if (kind == SLAB_KIND_SLAB) {
-				a->slab_bytes += (size_t)d->nunits << UNIT_SHIFT;
+				a->slab_bytes += (size_t)READ_ONCE(d->nunits) << UNIT_SHIFT;
 				a->slab_runs++;
 			} else if (kind == SLAB_KIND_LARGE) {
-				a->large_bytes += (size_t)d->nunits << UNIT_SHIFT;
+				a->large_bytes += (size_t)READ_ONCE(d->nunits) << UNIT_SHIFT;
 				a->large_runs++;
 			} else {
 				continue;

@@ -537,9 +537,9 @@ static void run_join(struct slab *front, struct slab *back)
 	unsigned n = back->nunits;
 
 	WRITE_ONCE(back->base, 0);
-	back->nunits = 0;
+	WRITE_ONCE(back->nunits, 0);   /* the accounting walk reads nunits without us */
 	descs_point(seg, desc_unit(back), n, front);
-	front->nunits = (uint16_t)(front->nunits + n);
+	WRITE_ONCE(front->nunits, (uint16_t)(front->nunits + n));
 	biased_dec_return(&seg->users);   /* front stays out: never the last */
 }
 
@@ -554,8 +554,8 @@ static struct slab *run_split(struct slab *head, unsigned n)
 	/* head is out, so users is not zero and no release is under way */
 	if (unlikely(!biased_try_get(&seg->users)))
 		uslab_fatal("malloc", head, "internal error: kept run in a segment being released");
-	head->nunits = (uint16_t)n;
-	rest->nunits = (uint16_t)left;
+	WRITE_ONCE(head->nunits, (uint16_t)n);   /* as in run_join */
+	WRITE_ONCE(rest->nunits, (uint16_t)left);
 	WRITE_ONCE(rest->base, slab_start(rest));
 	WRITE_ONCE(rest->kind, SLAB_KIND_TAIL);
 	descs_point(seg, desc_unit(rest), left, rest);

@@ -271,7 +271,7 @@ static void report_release(struct report *r)
 
 static void write_account(struct out *o, const struct report *r)
 {
-	char b[HUMAN_LEN], p[HUMAN_LEN];
+	char b[HUMAN_LEN], p[HUMAN_LEN], extra[HUMAN_LEN];   /* one buffer per argument */
 	size_t total = report_total(r);
 	const struct seg_account *a = &r->seg;
 	size_t slab_free = a->slab_bytes > r->objects_bytes ? a->slab_bytes - r->objects_bytes : 0;
@@ -283,21 +283,21 @@ static void write_account(struct out *o, const struct report *r)
 		   "where it is:");
 	LINE("objects in use", r->objects_bytes, "%s", "live objects in slabs");
 	LINE("free in slabs", slab_free, "%s", "free object slots and slab tails");
-	LINE("large blocks", a->large_bytes, "%zu blocks of 32 KiB to 2 MiB", a->large_runs);
+	LINE("large blocks", a->large_bytes, "%zu live, of 32 KiB to 2 MiB each", a->large_runs);
 	LINE("large, kept", a->kept_bytes, "%s", "freed large blocks threads keep for reuse");
-	LINE("huge blocks", r->huge_bytes, "%zu blocks above 2 MiB, each its own mapping",
+	LINE("huge blocks", r->huge_bytes, "%zu live, above 2 MiB, each its own mapping",
 	     r->huge_blocks);
 	LINE("huge, kept", r->huge_kept, "%s", "freed huge mappings kept for reuse");
-	LINE("start-up arena", r->arena_cut, "%s in live blocks; %s", human(b, r->arena_live),
+	LINE("start-up arena", r->arena_cut, "%s in live blocks; %s", human(extra, r->arena_live),
 	     r->arena_on ? "serving" : "ended");
 	LINE("free, not returned", a->dirty_bytes, "%s",
 	     "free units still committed, for reuse; decay returns them (USLAB_DECAY_MS)");
-	LINE("segment headers", a->header_bytes, "allocator metadata: %zu segments of 4 MiB",
-	     a->segments);
+	LINE("segment headers", a->header_bytes, "allocator metadata, 48 KiB in each of %zu "
+	     "segments", a->segments);
 #undef LINE
-	out_printf(o, "  (not committed: %s of segments never touched or already returned; ",
-		   human(b, a->clean_bytes));
-	out_printf(o, "%s of other metadata mapped, touched in part)\n", human(b, r->meta_mapped));
+	out_printf(o, "  (not committed: %s of segments never touched or already returned; %s of "
+		      "other metadata mapped, touched in part)\n",
+		   human(b, a->clean_bytes), human(extra, r->meta_mapped));
 }
 
 /* One line of the table: counts below 0, and the counters when not

@@ -77,6 +77,19 @@ else
 	real_show "$err" stderr
 fi
 
+# the arena's account line and its row agree: cut (memory) and live (in use)
+arena_line=$(grep -E '^  start-up arena ' "$err" || true)
+arena_row=$(grep -E '^start-up arena ' "$err" || true)
+line_live=$(sed -nE 's/.*  ([0-9.]+ [KMG]?i?B) in live blocks.*/\1/p' <<<"$arena_line")
+row_live=$(awk '{ print $9, $10 }' <<<"$arena_row")
+row_cut=$(awk '{ print $7, $8 }' <<<"$arena_row")
+if [ -n "$arena_row" ] && [ "$line_live" = "$row_live" ] && grep -qF "  $row_cut " <<<"$arena_line" &&
+	[ "$row_cut" != "$row_live" ]; then
+	real_ok "USLAB_STATS=1: the start-up arena's line and row agree ($row_cut cut, $row_live live)"
+else
+	real_bad "USLAB_STATS=1: the arena's account line ($arena_line) and row ($arena_row) disagree"
+fi
+
 env LD_PRELOAD="$USLAB_LIB" "$PY" -c "$WORK" >"$out" 2>"$err"
 if [ -s "$err" ]; then
 	real_bad "without options, python3 wrote to stderr"

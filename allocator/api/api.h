@@ -14,20 +14,22 @@
 
 void stats_init(void);                 /* stats.c: the signal, if any */
 
-/* debug.c: USLAB_DEBUG=1. debug_mode is -1 until the first malloc-family
- * call reads the option (debug_resolve), then 0 or 1; off, each entry point
- * pays one load and one branch. malloc and free hand the whole call to
+/* debug.c: USLAB_DEBUG=1. debug_mode is -1 until the option is read
+ * (debug_resolve: by a constructor, before the program's threads, or by an
+ * earlier malloc-family call), then 0 or 1; off, each entry point pays one
+ * compare with memory and one branch (a plain load: after the constructor
+ * nothing writes it). malloc and free hand the whole call to
  * debug_malloc_call/debug_free_call when debug_mode is not 0, so their fast
  * paths need no stack frame for it. site: the caller's return address. */
-extern int debug_mode;
+extern signed char debug_mode;
 bool debug_resolve(void);
 static inline bool debug_active(void)
 {
-	return unlikely(READ_ONCE(debug_mode) != 0) && debug_resolve();
+	return unlikely(debug_mode != 0) && debug_resolve();
 }
 static inline bool debug_maybe(void)
 {
-	return unlikely(READ_ONCE(debug_mode) != 0);
+	return unlikely(debug_mode != 0);
 }
 void *debug_malloc_call(size_t size, const void *site);   /* then kmalloc if off */
 void debug_free_call(void *p, const char *call, const void *site);   /* then kfree if off */

@@ -52,7 +52,7 @@
 #define RZ_MIN    16
 
 /* debug_mode: -1 until the first call reads USLAB_DEBUG, then 0 or 1 */
-int debug_mode = -1;
+signed char debug_mode = -1;
 
 enum { LIVE = 1, FREED = 2 };
 
@@ -292,6 +292,13 @@ bool debug_resolve(void)
 		WRITE_ONCE(debug_mode, mode);
 	}
 	return mode > 0;
+}
+
+/* Before the program's threads: the entry points' plain loads of
+ * debug_mode then race with no write. */
+__attribute__((constructor)) static void debug_at_load(void)
+{
+	debug_resolve();
 }
 
 void *debug_alloc(size_t size, size_t align, bool zero, const char *call, const void *site)

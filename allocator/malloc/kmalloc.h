@@ -139,10 +139,9 @@ static inline void *kmalloc(size_t n)
 	else
 		return malloc_large_or_huge(n, 0, NULL);
 
-	struct thread_heap *h = tls_heap;
-	struct cpu_slab *c = (struct cpu_slab *)((char *)h + offsetof(struct thread_heap, cpu) + off);
-	/* the heap's copy of the key: empty_heap's is 0, but its freelists are empty */
-	void *obj = uslab_cpu_pop_(cpu_fast(c), 0, h->fp_key);
+	struct cpu_slab *c = (struct cpu_slab *)((char *)tls_heap +
+						 offsetof(struct thread_heap, cpu) + off);
+	void *obj = uslab_cpu_pop_(cpu_fast(c), 0, fp_key_get());
 
 	if (likely(obj))
 		return obj;

@@ -375,6 +375,7 @@ static void flush_all_heaps(struct uslab_cache *s)
 	/* after every slab of s is unfrozen: the messages' objects go home */
 	for (struct thread_heap *h = heaps; h; h = h->next) {
 		if (heap_has_chunk(h, s)) {
+			INTERLEAVE("destroy:drop");
 			lock_ranked(&h->lock, RANK_HEAP);
 			heap_messages_drop(h, s);
 			unlock_ranked(&h->lock, RANK_HEAP);

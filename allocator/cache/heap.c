@@ -84,6 +84,7 @@ static void heap_flush_all(struct thread_heap *h, bool exiting)
 {
 	run_cache_flush(&h->runs);
 	heap_messages_flush(h, exiting);
+	INTERLEAVE("flush:slabs");
 	for (unsigned k = 0; k < NR_CHUNKS; k++) {
 		if (!(h->chunks_used >> k & 1))
 			continue;

@@ -100,6 +100,7 @@ static void msg_send(struct thread_heap *h, struct remote_msg *m)
 	struct uslab_cache *s = m->cache;
 
 	stat_add(s, STAT_FREE_REMOTE, (long)m->count);   /* counted as they leave */
+	INTERLEAVE("msg:post");
 	/* release: the owner's acquiring take sees the message filled */
 	if (!mailbox_post(heap_inbox(m->to, s->id), &m->node)) {
 		msg_free_objects(s, m, NULL, cpu_slab_get(s));

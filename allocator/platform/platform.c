@@ -29,6 +29,10 @@ bool vg_memcheck_probe(void)
 __thread char thread_self_anchor;
 #endif
 
+#ifdef USLAB_INTERLEAVE
+void (*uslab_interleave_hook)(const char *point);   /* INTERLEAVE(): set by a test */
+#endif
+
 /* Formats on the stack and writes with write(2): nothing here allocates. */
 static void say(const char *buf, int n, size_t size)
 {

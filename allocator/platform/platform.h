@@ -144,6 +144,26 @@ struct fork_lock {
 void fork_locks_take(enum lock_rank lo, enum lock_rank hi);   /* ranks lo..hi, rising */
 void fork_locks_release(enum lock_rank lo, enum lock_rank hi, bool child);
 
+/* ---- interleaving points (test builds only) ------------------------------------
+ * INTERLEAVE("name") marks the place between two steps of a race the model
+ * checks (docs/model.md, "Interleaving points"). It is nothing unless
+ * USLAB_INTERLEAVE is defined, which only the uslab_interleave library of
+ * tests/interleave is built with: there it calls the hook a test installed,
+ * on the calling thread, so the test can stop that thread between the two
+ * steps while another thread takes the racing one.
+ */
+#ifdef USLAB_INTERLEAVE
+extern void (*uslab_interleave_hook)(const char *point);
+#define INTERLEAVE(name)                                                                   \
+	do {                                                                               \
+		void (*hook_)(const char *) = READ_ONCE(uslab_interleave_hook);            \
+		if (hook_)                                                                 \
+			hook_(name);                                                       \
+	} while (0)
+#else
+#define INTERLEAVE(name) ((void)0)
+#endif
+
 /* ---- the operating system (os.c) ------------------------------------------------ */
 void *os_map(size_t size, size_t align, size_t skew, bool reserve);
 void *os_map_aligned(size_t size, size_t align);   /* os_map, not reserved */

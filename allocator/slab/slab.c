@@ -254,6 +254,7 @@ void slab_unfreeze(struct uslab_cache *s, struct slab *slab, void *head, void *t
 			fp_set(s, tail, (void *)old.lo);
 		inuse = ctr_inuse(old.hi) - n;
 		partial = inuse > 0 && inuse < s->objects;
+		INTERLEAVE("unfreeze:cas");
 		list_lock_across(s, &locked, partial);
 		nw.lo = head ? (uintptr_t)head : old.lo;
 		nw.hi = ctr_make(inuse, s->objects, false);
@@ -261,6 +262,7 @@ void slab_unfreeze(struct uslab_cache *s, struct slab *slab, void *head, void *t
 			break;
 		stat_add(s, STAT_DWCAS_RETRY, 1);
 	}
+	INTERLEAVE("unfreeze:after_cas");
 	stat_add(s, partial ? STAT_DEACTIVATE_PARTIAL :
 		    inuse ? STAT_DEACTIVATE_FULL : STAT_DEACTIVATE_EMPTY, 1);
 	if (partial) {
@@ -314,6 +316,7 @@ bool __slab_free(struct uslab_cache *s, struct slab *slab, void *head, void *tai
 			else if (!prior || inuse == 0)
 				need_lock = true;
 		}
+		INTERLEAVE("free:cas");
 		list_lock_across(s, &locked, need_lock);
 		nw.lo = (uintptr_t)head;
 		nw.hi = ctr_make(inuse, ctr_objects(old.hi), frozen);
@@ -321,6 +324,7 @@ bool __slab_free(struct uslab_cache *s, struct slab *slab, void *head, void *tai
 			break;
 		stat_add(s, STAT_DWCAS_RETRY, 1);
 	}
+	INTERLEAVE("free:after_cas");
 	ASSERT(inuse <= s->objects);
 	if (!locked)
 		return frozen && !was_frozen;

@@ -94,6 +94,12 @@ static void verbose_report(void)
 	options_report(verbose_line, NULL);
 }
 
+/* Named by the linker option every program linking libuslab.a gets
+ * (allocator/CMakeLists.txt, uslab.pc): nothing else references this file,
+ * and without it such a program would have no fork handlers and read no
+ * options before its first allocation. */
+const char uslab_process_linked_ = 1;
+
 __attribute__((constructor)) static void uslab_process_init(void)
 {
 	options_init();

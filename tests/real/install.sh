@@ -120,6 +120,8 @@ add_executable(consumer consumer.c)
 target_link_libraries(consumer PRIVATE uslab::uslab ${CMAKE_DL_LIBS})
 add_executable(dropin consumer.c)
 target_link_libraries(dropin PRIVATE uslab::malloc ${CMAKE_DL_LIBS})
+add_executable(static consumer.c)
+target_link_libraries(static PRIVATE uslab::uslab_static ${CMAKE_DL_LIBS})
 EOC
 cmake -S "$tmp/proj" -B "$tmp/proj/build" -DCMAKE_PREFIX_PATH="$tmp/prefix" \
 	-DCMAKE_BUILD_RPATH="$tmp/prefix/lib" >"$tmp/cmake.log" 2>&1 || { cat "$tmp/cmake.log"; fail "configure with find_package"; }
@@ -128,4 +130,13 @@ out=$("$tmp/proj/build/consumer") || fail "the find_package build does not run"
 [[ "$out" == *"malloc from libc.so"* ]] || fail "uslab::uslab replaced the process's malloc: $out"
 out=$("$tmp/proj/build/dropin") || fail "the find_package uslab::malloc build does not run"
 [[ "$out" == *"malloc from libuslab-malloc.so"* ]] || fail "uslab::malloc did not replace malloc: $out"
+out=$("$tmp/proj/build/static") || fail "the find_package uslab::uslab_static build does not run"
+[[ "$out" == *"malloc from libc.so"* ]] ||
+	fail "uslab::uslab_static replaced the process's malloc: $out"
+# nothing of the consumer references api/process.c; the link option the
+# target carries must bring it (its constructor: the fork handlers)
+if command -v nm >/dev/null; then
+	nm "$tmp/proj/build/static" | grep -q ' uslab_process_linked_$' ||
+		fail "a program linking uslab::uslab_static has no fork handlers (api/process.c not linked)"
+fi
 echo "PASS: install (commands, man pages, licence; $pc and find_package consumers run)"

@@ -136,7 +136,8 @@ out=$("$tmp/proj/build/static") || fail "the find_package uslab::uslab_static bu
 # nothing of the consumer references api/process.c; the link option the
 # target carries must bring it (its constructor: the fork handlers)
 if command -v nm >/dev/null; then
-	nm "$tmp/proj/build/static" | grep -q ' uslab_process_linked_$' ||
+	syms=$(nm "$tmp/proj/build/static")   # not nm | grep -q: SIGPIPE under pipefail
+	grep -q ' uslab_process_linked_$' <<<"$syms" ||
 		fail "a program linking uslab::uslab_static has no fork handlers (api/process.c not linked)"
 fi
 echo "PASS: install (commands, man pages, licence; $pc and find_package consumers run)"

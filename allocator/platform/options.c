@@ -223,6 +223,15 @@ void options_parse_entry(const char *entry)
 	warn("unknown option", entry, " (docs/options.md lists them)");
 }
 
+static int options_done;   /* the environment has been read (options_init) */
+
+/* Tests: forget what was read; the next options_init reads again. */
+void options_forget(void)
+{
+	options_reset();
+	smp_store_release(&options_done, 0);
+}
+
 void options_reset(void)
 {
 	for (int i = 0; i < OPT_COUNT; i++) {
@@ -272,21 +281,21 @@ void options_mark_warned(void)
 
 void options_init(void)
 {
-	static int done;
+	int *done = &options_done;
 
 	/* acquire: pairs with the release below, so the values are read whole */
-	if (smp_load_acquire(&done))
+	if (smp_load_acquire(done))
 		return;
 	static mutex_t lock = MUTEX_INIT;
 	lock_ranked(&lock, RANK_OPTIONS);
-	if (!done) {
+	if (!*done) {
 		for (char **e = environ; e && *e; e++)   /* first: it silences warnings */
 			if (strncmp(*e, WARNED_ENV, strlen(WARNED_ENV)) == 0)
 				warn_marker = *e + strlen(WARNED_ENV);
 		for (char **e = environ; e && *e; e++)
 			if (strncmp(*e, "USLAB_", 6) == 0)
 				options_parse_entry(*e);
-		smp_store_release(&done, 1);   /* release: after every value (above) */
+		smp_store_release(done, 1);   /* release: after every value (above) */
 	}
 	unlock_ranked(&lock, RANK_OPTIONS);
 }

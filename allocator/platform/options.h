@@ -78,6 +78,7 @@ void options_init(void);   /* idempotent; the first call reads the environment *
 void options_mark_warned(void);
 void options_parse_entry(const char *entry);   /* tests: one "USLAB_X=v" */
 void options_reset(void);                      /* tests: back to the defaults */
+void options_forget(void);                     /* tests: defaults, and read again */
 /* Each option's name, value and whether the environment set it, one line
  * each through out(line, arg): USLAB_VERBOSE's report. */
 void options_report(void (*out)(const char *line, void *arg), void *arg);

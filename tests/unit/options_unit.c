@@ -330,10 +330,12 @@ void *realloc(void *p, size_t n)
 
 static int child_main(void)
 {
-	/* The library constructor may have read the environment already (when
-	 * the linker pulled it in); then this call is a no-op. */
+	/* The library's constructor has read the environment already (and
+	 * warned): forget it, and count the allocations of a second read, which
+	 * does the same work (its warnings, once per process, stay silent). */
 	int allocs = -1;
 
+	options_forget();
 #ifdef COUNT_MALLOC
 	bool fresh = option(OPT_DECAY_MS) == opts[OPT_DECAY_MS].dflt;
 

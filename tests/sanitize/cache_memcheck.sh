@@ -10,36 +10,26 @@ command -v valgrind >/dev/null || { echo "SKIP: valgrind is not installed"; exit
 [ -f /usr/include/valgrind/memcheck.h ] ||
 	{ echo "SKIP: no valgrind headers: the library has no memcheck requests"; exit 77; }
 fail=0
-# case  the line memcheck must print
+# expect CASE RC LINE [VALGRIND-OPTION...] - memcheck on CASE must exit RC
+# (99: it found an error) and print LINE
 expect() {
-	local out
-	out=$(valgrind --error-exitcode=99 --leak-check=full "$prog" "$1" 2>&1)
-	local rc=$?
-	if [ "$rc" -ne 99 ] || ! grep -q -- "$2" <<<"$out"; then
-		echo "FAIL: $1: want exit 99 and \"$2\", got exit $rc:"
+	local case=$1 rc=$2 line=$3 out got
+	shift 3
+	out=$(valgrind --error-exitcode=99 "$@" "$prog" "$case" 2>&1)
+	got=$?
+	if [ "$got" -ne "$rc" ] || ! grep -q -- "$line" <<<"$out"; then
+		echo "FAIL: $case: want exit $rc and \"$line\", got exit $got:"
 		sed 's/^/  /' <<<"$out" | tail -20
 		fail=1
 	else
-		echo "ok: $1: $2"
+		echo "ok: $case: $line"
 	fi
 }
-expect read-after-free "Invalid read of size 1"
-expect write-after-free "Invalid write of size 1"
-expect overflow "Invalid read of size 1"
-expect uninit "Conditional jump or move depends on uninitialised value"
+expect read-after-free 99 "Invalid read of size 1" --leak-check=full
+expect write-after-free 99 "Invalid write of size 1" --leak-check=full
+expect overflow 99 "Invalid read of size 1" --leak-check=full
+expect uninit 99 "Conditional jump or move depends on uninitialised value" --leak-check=full
 # no error, and what memcheck says of the heap at exit
-expect_clean() {
-	local out
-	out=$(valgrind --error-exitcode=99 "$prog" "$1" 2>&1)
-	local rc=$?
-	if [ "$rc" -ne 0 ] || ! grep -q -- "$2" <<<"$out"; then
-		echo "FAIL: $1: want exit 0 and \"$2\", got exit $rc:"
-		sed 's/^/  /' <<<"$out" | tail -20
-		fail=1
-	else
-		echo "ok: $1: $2"
-	fi
-}
-expect_clean leak "in use at exit: 40 bytes in 1 blocks"
-expect_clean clean "All heap blocks were freed"
+expect leak 0 "in use at exit: 40 bytes in 1 blocks"
+expect clean 0 "All heap blocks were freed"
 exit $fail

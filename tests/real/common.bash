@@ -93,6 +93,35 @@ real_at_exit() {
 	REAL_AT_EXIT+=("$*")
 }
 
+# real_bg_start NAME TRIES WHAT CMD... - run CMD in the background, its stdout
+# and stderr in $REAL_TMP/NAME.out and NAME.err and its pid in REAL_BG, and
+# wait up to TRIES x 0.1 s for it to print "ready"; if it does not, the test
+# fails ("WHAT did not start") and this returns 1. real_bg_stop ends it; so
+# does the script's end.
+REAL_BG=
+real_bg_start() {
+	local name=$1 tries=$2 what=$3
+	shift 3
+	[ -n "${_real_bg_armed:-}" ] || {
+		real_at_exit 'real_bg_stop'
+		_real_bg_armed=1
+	}
+	"$@" >"$REAL_TMP/$name.out" 2>"$REAL_TMP/$name.err" &
+	REAL_BG=$!
+	for _ in $(seq "$tries"); do
+		grep -q ready "$REAL_TMP/$name.out" 2>/dev/null && return 0
+		sleep 0.1
+	done
+	real_bad "$what did not start"
+	return 1
+}
+real_bg_stop() {
+	[ -n "$REAL_BG" ] || return 0
+	kill "$REAL_BG" 2>/dev/null || true
+	wait "$REAL_BG" 2>/dev/null || true
+	REAL_BG=
+}
+
 # real_skip WHY - the test cannot check here: exit 77, which ctest reports as
 # skipped (SKIP_RETURN_CODE), not passed.
 real_skip() {

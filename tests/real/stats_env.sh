@@ -21,8 +21,6 @@ real_need python3
 PY=$(python3 -c 'import sys; print(sys.executable)')
 echo "LD_PRELOAD=$USLAB_LIB, python $PY"
 tmp=$REAL_TMP
-bg=
-real_at_exit '[ -z "$bg" ] || { kill "$bg" 2>/dev/null; wait "$bg" 2>/dev/null; }'
 
 # Enough malloc traffic (blocks above pymalloc's 512-byte limit) to fill caches.
 WORK='x = [bytes(600 + i % 3000) for i in range(20000)]; del x[::2]; print("hello")'
@@ -158,21 +156,10 @@ while time.time() < end:
     x = [bytes(700 + i % 2000) for i in range(2000)]
     n += 1
 '
-# start_loop ENV... - run the loop in the background with the preload; wait for it.
+# start_loop ENV... - run the loop in the background with the preload (its
+# pid in REAL_BG, its output in $tmp/loop.out and loop.err); wait for it.
 start_loop() {
-	env LD_PRELOAD="$USLAB_LIB" "$@" "$PY" -c "$LOOP" >"$tmp/loop.out" 2>"$tmp/loop.err" &
-	bg=$!
-	for _ in $(seq 100); do
-		grep -q ready "$tmp/loop.out" 2>/dev/null && return 0
-		sleep 0.1
-	done
-	real_bad "the allocating loop did not start"
-	return 1
-}
-stop_loop() {
-	kill "$bg" 2>/dev/null || true
-	wait "$bg" 2>/dev/null || true
-	bg=
+	real_bg_start loop 100 "the allocating loop" env LD_PRELOAD="$USLAB_LIB" "$@" "$PY" -c "$LOOP"
 }
 # wait_for CMD... - retry for up to 5 s
 wait_for() {
@@ -189,12 +176,12 @@ if start_loop USLAB_STATS_SIGNAL=USR2 USLAB_STATS_FILE="$f"; then
 	if [ -e "$f" ]; then
 		real_bad "USLAB_STATS_SIGNAL: the file exists before any signal"
 	fi
-	kill -USR2 "$bg"
+	kill -USR2 "$REAL_BG"
 	if wait_for json_ok "$f" && json_ok "$f" | grep -q '^signal report'; then
 		real_ok "USLAB_STATS_SIGNAL=USR2: the running process wrote valid JSON ($(json_ok "$f"))"
 		cp "$f" "$tmp/first.json"
 		sleep 0.2
-		kill -USR2 "$bg"
+		kill -USR2 "$REAL_BG"
 		if wait_for bash -c "! cmp -s '$f' '$tmp/first.json' && [ -s '$f' ]" && wait_for json_ok "$f"; then
 			real_ok "USLAB_STATS_SIGNAL=USR2: a second signal wrote a new dump"
 		else
@@ -204,20 +191,20 @@ if start_loop USLAB_STATS_SIGNAL=USR2 USLAB_STATS_FILE="$f"; then
 		real_bad "USLAB_STATS_SIGNAL=USR2: no valid JSON in $f 5 s after the signal"
 		real_show "$tmp/loop.err" "loop stderr"
 	fi
-	kill -0 "$bg" 2>/dev/null && real_ok "the process survived both signals" ||
+	kill -0 "$REAL_BG" 2>/dev/null && real_ok "the process survived both signals" ||
 		real_bad "the process died from the signal"
-	stop_loop
+	real_bg_stop
 fi
 
 if start_loop USLAB_STATS_SIGNAL=SIGUSR1; then
-	kill -USR1 "$bg"
+	kill -USR1 "$REAL_BG"
 	if wait_for is_table "$tmp/loop.err"; then
 		real_ok "USLAB_STATS_SIGNAL=SIGUSR1 without a file: the table on stderr"
 	else
 		real_bad "USLAB_STATS_SIGNAL=SIGUSR1 without a file: no table on stderr"
 		real_show "$tmp/loop.err" "loop stderr"
 	fi
-	stop_loop
+	real_bg_stop
 fi
 
 # ---- unknown names, bad values, tool variables -------------------------------------------

@@ -16,8 +16,6 @@ PY=$(python3 -c 'import sys; print(sys.executable)')   # the interpreter, not a 
 SCRIPT=$(cd "$(dirname "$0")/../.." && pwd)/tools/uslabinfo
 TOOL() { "$PY" "$SCRIPT" "$@"; }
 tmp=$REAL_TMP
-bg=
-real_at_exit '[ -z "$bg" ] || { kill "$bg" 2>/dev/null; wait "$bg" 2>/dev/null; }'
 echo "LD_PRELOAD=$USLAB_LIB, python $PY"
 
 # Blocks of every kind (PYTHONMALLOC=malloc: the small objects too), then sleep:
@@ -29,23 +27,13 @@ small = [str(i) * 3 for i in range(50000)]
 print("ready", flush=True)
 time.sleep(float(sys.argv[1]))
 '
-# start_idle SECONDS ENV... - run IDLE in the background with the preload; wait for it.
+# start_idle SECONDS ENV... - run IDLE in the background with the preload
+# (its pid in REAL_BG, its output in $tmp/idle.out and idle.err); wait for it.
 start_idle() {
 	local secs=$1
 	shift
-	env LD_PRELOAD="$USLAB_LIB" PYTHONMALLOC=malloc "$@" "$PY" -c "$IDLE" "$secs" >"$tmp/idle.out" 2>"$tmp/idle.err" &
-	bg=$!
-	for _ in $(seq 300); do
-		grep -q ready "$tmp/idle.out" 2>/dev/null && return 0
-		sleep 0.1
-	done
-	real_bad "the idle process did not start"
-	return 1
-}
-stop_idle() {
-	kill "$bg" 2>/dev/null || true
-	wait "$bg" 2>/dev/null || true
-	bg=
+	real_bg_start idle 300 "the idle process" \
+		env LD_PRELOAD="$USLAB_LIB" PYTHONMALLOC=malloc "$@" "$PY" -c "$IDLE" "$secs"
 }
 now_ms() { date +%s%3N; }
 inode() { stat -c %i "$1" 2>/dev/null || echo none; }
@@ -53,12 +41,12 @@ inode() { stat -c %i "$1" 2>/dev/null || echo none; }
 # ---- the signal, to a file --------------------------------------------------------------
 f=$tmp/live-%p.json
 if start_idle 60 USLAB_STATS_SIGNAL=USR2 USLAB_STATS_FILE="$f"; then
-	f=$tmp/live-$bg.json
+	f=$tmp/live-$REAL_BG.json
 	worst=0
 	for round in 1 2 3; do
 		before=$(inode "$f")
 		t0=$(now_ms)
-		kill -USR2 "$bg"
+		kill -USR2 "$REAL_BG"
 		while [ "$(inode "$f")" = "$before" ] && [ $(($(now_ms) - t0)) -lt 3000 ]; do
 			sleep 0.01
 		done
@@ -72,7 +60,7 @@ if start_idle 60 USLAB_STATS_SIGNAL=USR2 USLAB_STATS_FILE="$f"; then
 		real_bad "an idle process did not answer a signal within a second (${worst} ms)"
 		real_show "$tmp/idle.err" stderr
 	fi
-	if msg=$("$PY" - "$f" "$bg" <<'PY' 2>&1
+	if msg=$("$PY" - "$f" "$REAL_BG" <<'PY' 2>&1
 import json, sys
 d = json.load(open(sys.argv[1]))
 assert d["report"] == "signal", d.get("report")
@@ -95,8 +83,8 @@ PY
 
 	# ---- uslabinfo --pid ---------------------------------------------------------------
 	t0=$(now_ms)
-	if TOOL --pid "$bg" >"$tmp/pid.out" 2>"$tmp/pid.err" &&
-		grep -qE "^uslab [0-9.]+, dwcas [^,]+, pid $bg, python3?[^:]*: .*\(live snapshot" "$tmp/pid.out" &&
+	if TOOL --pid "$REAL_BG" >"$tmp/pid.out" 2>"$tmp/pid.err" &&
+		grep -qE "^uslab [0-9.]+, dwcas [^,]+, pid $REAL_BG, python3?[^:]*: .*\(live snapshot" "$tmp/pid.out" &&
 		grep -qE '^large blocks +- +1[0-9][0-9] ' "$tmp/pid.out" &&
 		grep -qE '^  memory committed ' "$tmp/pid.out"; then
 		real_ok "uslabinfo --pid: the idle process's table, large blocks included ($(($(now_ms) - t0)) ms)"
@@ -105,33 +93,33 @@ PY
 		real_show "$tmp/pid.out" stdout
 		real_show "$tmp/pid.err" stderr
 	fi
-	if TOOL --pid "$bg" --watch 0.2 --count 3 -n 5 >"$tmp/watch.out" 2>"$tmp/watch.err" &&
-		[ "$(grep -c "^uslab .*, pid $bg, " "$tmp/watch.out")" = 3 ]; then
+	if TOOL --pid "$REAL_BG" --watch 0.2 --count 3 -n 5 >"$tmp/watch.out" 2>"$tmp/watch.err" &&
+		[ "$(grep -c "^uslab .*, pid $REAL_BG, " "$tmp/watch.out")" = 3 ]; then
 		real_ok "uslabinfo --watch 0.2 --count 3: three reports"
 	else
 		real_bad "uslabinfo --watch 0.2 --count 3: not three reports"
 		real_show "$tmp/watch.err" stderr
 	fi
-	stop_idle
+	real_bg_stop
 fi
 
 # --watch until the process exits
 if start_idle 2 USLAB_STATS_SIGNAL=USR1 USLAB_STATS_FILE="$tmp/short.json"; then
 	rc=0
-	TOOL --pid "$bg" --watch 0.3 >"$tmp/w.out" 2>"$tmp/w.err" || rc=$?
-	n=$(grep -c "^uslab .*, pid $bg, " "$tmp/w.out" || true)
-	if [ "$rc" = 0 ] && [ "$n" -ge 2 ] && grep -q "process $bg exited" "$tmp/w.err"; then
+	TOOL --pid "$REAL_BG" --watch 0.3 >"$tmp/w.out" 2>"$tmp/w.err" || rc=$?
+	n=$(grep -c "^uslab .*, pid $REAL_BG, " "$tmp/w.out" || true)
+	if [ "$rc" = 0 ] && [ "$n" -ge 2 ] && grep -q "process $REAL_BG exited" "$tmp/w.err"; then
 		real_ok "uslabinfo --watch: $n reports, then 'exited' and status 0 when the process ends"
 	else
 		real_bad "uslabinfo --watch until exit: status $rc, $n reports"
 		real_show "$tmp/w.err" stderr
 	fi
-	stop_idle
+	real_bg_stop
 fi
 
 # ---- the signal without a file: the table on stderr ------------------------------------------
 if start_idle 60 USLAB_STATS_SIGNAL=USR2; then
-	kill -USR2 "$bg"
+	kill -USR2 "$REAL_BG"
 	for _ in $(seq 100); do
 		grep -q '^total ' "$tmp/idle.err" && break
 		sleep 0.01
@@ -144,11 +132,11 @@ if start_idle 60 USLAB_STATS_SIGNAL=USR2; then
 		real_show "$tmp/idle.err" stderr
 	fi
 	rc=0
-	TOOL --pid "$bg" >"$tmp/e.out" 2>"$tmp/e.err" || rc=$?
+	TOOL --pid "$REAL_BG" >"$tmp/e.out" 2>"$tmp/e.err" || rc=$?
 	[ "$rc" = 1 ] && grep -q "has no USLAB_STATS_FILE" "$tmp/e.err" &&
 		real_ok "uslabinfo --pid without USLAB_STATS_FILE: $(cat "$tmp/e.err")" ||
 		real_bad "uslabinfo --pid without USLAB_STATS_FILE: status $rc, $(cat "$tmp/e.err")"
-	stop_idle
+	real_bg_stop
 fi
 
 # ---- uslabinfo --pid errors -----------------------------------------------------------------

@@ -407,6 +407,28 @@ static inline bool test_expect_abort_known_wrong(void (*fn)(void *), void *arg,
 	return false;
 }
 
+/* ---- files ------------------------------------------------------------------------------- */
+
+/* The whole file at path as a NUL-terminated string (free it), or NULL if
+ * it cannot be opened; a short read ends the string where it stopped. */
+static inline char *test_read_file(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	char *buf;
+	long n;
+
+	if (!f)
+		return NULL;
+	fseek(f, 0, SEEK_END);
+	n = ftell(f);
+	rewind(f);
+	buf = (char *)malloc((size_t)n + 1);   /* the cast: C++ tests include this too */
+	REQUIRE(buf);
+	buf[fread(buf, 1, (size_t)n, f)] = 0;
+	fclose(f);
+	return buf;
+}
+
 /* ---- the source tree ---------------------------------------------------------------------- */
 
 /* docs/<name> of the source tree, found from this header's own path (tests

@@ -48,24 +48,6 @@ static void find_api(void)
 		u.stats_print);
 }
 
-static char *read_file(const char *path)
-{
-	FILE *f = fopen(path, "r");
-	char *buf;
-	long n;
-
-	if (!f)
-		return NULL;
-	fseek(f, 0, SEEK_END);
-	n = ftell(f);
-	rewind(f);
-	buf = malloc((size_t)n + 1);
-	REQUIRE(buf);
-	buf[fread(buf, 1, (size_t)n, f)] = 0;
-	fclose(f);
-	return buf;
-}
-
 /* The JSON written with no allocation between the caller's snapshot and
  * the report: into a temporary file with a static stdio buffer. */
 static char *json_now_after(void (*snapshot)(void))
@@ -81,7 +63,7 @@ static char *json_now_after(void (*snapshot)(void))
 	snapshot();
 	u.stats_json(f);
 	fclose(f);
-	char *text = read_file(path);
+	char *text = test_read_file(path);
 	unlink(path);
 	REQUIRE(text);
 	return text;
@@ -147,7 +129,7 @@ static void test_exit_dump(const char *self)
 	REQUIRE(waitpid(pid, &status, 0) == pid);
 	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 
-	char *json = read_file(path);
+	char *json = test_read_file(path);
 	struct stats_obj o;
 
 	if (!json) {
@@ -222,7 +204,7 @@ static int file_api_child(void)
 	alarm(0);
 	fclose(f);
 
-	char *text = read_file(path);
+	char *text = test_read_file(path);
 	unlink(path);
 	REQUIRE(text);
 	CHECK(strncmp(text, "{\n  \"uslab_version\"", 19) == 0);

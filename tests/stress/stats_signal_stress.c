@@ -145,30 +145,10 @@ static void *worker(void *arg)
 	return NULL;
 }
 
-static char *read_all(const char *path)
-{
-	FILE *f = fopen(path, "r");
-	char *buf;
-	long n;
-
-	if (!f)
-		return NULL;
-	fseek(f, 0, SEEK_END);
-	n = ftell(f);
-	rewind(f);
-	buf = calloc(1, (size_t)n + 1);
-	if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-		free(buf);
-		buf = NULL;
-	}
-	fclose(f);
-	return buf;
-}
-
 /* The report at path is whole: it opens and closes as the JSON does. */
 static bool report_whole(const char *path, const char *want_report)
 {
-	char *text = read_all(path);
+	char *text = test_read_file(path);
 	char want[64];
 	bool ok;
 
@@ -257,7 +237,7 @@ int main(void)
 	uint64_t before = version_of(path);
 	raise(SIGUSR2);
 	CHECK(version_of(path) != before);   /* written by the handler, before raise returned */
-	char *text = read_all(path);
+	char *text = test_read_file(path);
 	REQUIRE(text);
 	const char *row = strstr(text, "{\"name\": \"signal-stress\",");
 	CHECK(row != NULL);

@@ -101,9 +101,7 @@ USLAB_API void uslab__cache_free(struct uslab_cache *cache, void *obj)
 USLAB_API size_t uslab_cache_alloc_bulk(struct uslab_cache *cache, size_t n, void **objs)
 {
 	for (size_t i = 0; i < n; i++) {
-		objs[i] = cache_alloc_fast(cache);
-		if (unlikely(cache->flags & CACHE_WATCHED))
-			watch_alloc(cache, objs[i]);
+		objs[i] = uslab_cache_alloc(cache);
 		if (unlikely(!objs[i])) {
 			uslab_cache_free_bulk(cache, i, objs);
 			errno = ENOMEM;
@@ -151,18 +149,19 @@ USLAB_API void uslab_cache_free_bulk(struct uslab_cache *cache, size_t n, void *
 		size_t first = i;
 
 		bulk_mark(cache, slab, obj, seen);
-		if (unlikely(cache->flags & CACHE_WATCHED))
-			watch_free(cache, obj);
 		for (i++; i < n && objs[i] && ptr_to_slab(objs[i]) == slab; i++, cnt++) {
 			object_slab(cache, objs[i], "uslab_cache_free_bulk");
 			bulk_mark(cache, slab, objs[i], seen);
-			if (unlikely(cache->flags & CACHE_WATCHED))
-				watch_free(cache, objs[i]);
 			fp_set(cache, objs[i], head);
 			head = objs[i];
 		}
-		for (size_t k = first; k < i; k++)   /* the next run starts clear */
+		for (size_t k = first; k < i; k++) {
+			/* the next run starts clear */
 			seen[object_index(cache, (uintptr_t)objs[k] - slab->base) / 64] = 0;
+			/* before the dwcas: once given back, another thread may take it */
+			if (unlikely(cache->flags & CACHE_WATCHED))
+				watch_free(cache, objs[k]);
+		}
 		c = cpu_slab_get(cache);
 		stat_add(cache, STAT_FREE_REMOTE, cnt);
 		slab_free_chain(cache, c, slab, head, tail, cnt);

@@ -16,23 +16,20 @@ void stats_init(void);                 /* stats.c: the signal, if any */
 
 /* debug.c: USLAB_DEBUG=1. debug_mode is -1 until the option is read
  * (debug_resolve: by a constructor, before the program's threads, or by an
- * earlier malloc-family call), then 0 or 1; off, each entry point pays one
- * compare with memory and one branch (a plain load: after the constructor
- * nothing writes it). malloc and free hand the whole call to
- * debug_malloc_call/debug_free_call when debug_mode is not 0, so their fast
- * paths need no stack frame for it. site: the caller's return address. */
+ * earlier malloc-family call), then 0 or 1 (a plain load: after the
+ * constructor nothing writes it). malloc and free do not test it: kmalloc
+ * and kfree are diverted to debug_malloc_call/debug_free_call while it is
+ * -1 or 1 (kmalloc.h: kdiv), which costs their fast paths nothing. The
+ * other entry points test it with one compare and a branch.
+ * site: the caller's return address. */
 extern signed char debug_mode;
 bool debug_resolve(void);
 static inline bool debug_active(void)
 {
 	return unlikely(debug_mode != 0) && debug_resolve();
 }
-static inline bool debug_maybe(void)
-{
-	return unlikely(debug_mode != 0);
-}
-void *debug_malloc_call(size_t size, const void *site);   /* then kmalloc if off */
-void debug_free_call(void *p, const char *call, const void *site);   /* then kfree if off */
+void *debug_malloc_call(size_t size, const void *site);   /* kmalloc's hook */
+void debug_free_call(void *p, const char *call, const void *site);   /* kfree's */
 void *debug_alloc(size_t size, size_t align, bool zero, const char *call, const void *site);
 void debug_free(void *p, size_t size, const char *call, const void *site);   /* size: SIZE_MAX, or free_sized's */
 void *debug_realloc(void *p, size_t size, const void *site);

@@ -289,13 +289,17 @@ bool debug_resolve(void)
 	if (mode < 0) {
 		options_init();
 		mode = option(OPT_DEBUG) ? 1 : 0;
+		if (mode)
+			kmalloc_divert(debug_malloc_call, debug_free_call);
+		else
+			kmalloc_divert(NULL, NULL);
 		WRITE_ONCE(debug_mode, mode);
 	}
 	return mode > 0;
 }
 
-/* Before the program's threads: the entry points' plain loads of
- * debug_mode then race with no write. */
+/* Before the program's threads: kmalloc's and kfree's plain loads of kdiv
+ * (and the other entry points' of debug_mode) then race with no write. */
 __attribute__((constructor)) static void debug_at_load(void)
 {
 	debug_resolve();
@@ -309,7 +313,7 @@ void *debug_alloc(size_t size, size_t align, bool zero, const char *call, const 
 		errno = ENOMEM;
 		return NULL;
 	}
-	uint8_t *base = align > RZ_MIN ? kmalloc_aligned(align, total) : kmalloc(total);
+	uint8_t *base = align > RZ_MIN ? kmalloc_aligned(align, total) : kmalloc_direct(total);
 	if (!base)
 		return NULL;
 	size_t usable = kmalloc_usable_size(base, call);
@@ -326,28 +330,35 @@ void *debug_alloc(size_t size, size_t align, bool zero, const char *call, const 
 		insert(&r);
 	unlock_ranked(&debug_lock, RANK_DEBUG);
 	if (!room) {
-		kfree(base, call);
+		kfree_direct(base, call);
 		errno = ENOMEM;
 		return NULL;
 	}
 	return user;
 }
 
-/* malloc and free's way in while debug_mode is not 0 (api.h) */
-noinline void *debug_malloc_call(size_t size, const void *site)
+/*
+ * malloc's and free's way in while the debug mode is on, and before it is
+ * known: kmalloc starts diverted to these (kdiv), so the first malloc-family
+ * call reads the option (kdiv's first value, api/layout.c); kfree's fast
+ * path is open meanwhile, since nothing it could take exists before a
+ * malloc. kmalloc_divert then points kdiv here for good, or nowhere.
+ */
+void *debug_malloc_call(size_t size, const void *site)
 {
 	if (debug_resolve())
 		return debug_alloc(size, 0, false, "malloc", site);
-	return kmalloc(size);
+	return kmalloc_direct(size);
 }
 
-noinline void debug_free_call(void *p, const char *call, const void *site)
+void debug_free_call(void *p, const char *call, const void *site)
 {
 	if (debug_resolve())
 		debug_free(p, SIZE_MAX, call, site);
 	else
-		kfree(p, call);
+		kfree_direct(p, call);
 }
+
 
 /* The red zones of r, checked; reported as call's. */
 static void check_red_zones(const struct record *r, const char *call)
@@ -422,7 +433,7 @@ void debug_free(void *p, size_t size, const char *call, const void *site)
 	if (!quarantine_reserve()) {   /* no room to keep it: it goes back at once */
 		erase(r);
 		unlock_ranked(&debug_lock, RANK_DEBUG);
-		kfree((void *)copy.base, call);
+		kfree_direct((void *)copy.base, call);
 		return;
 	}
 	quarantine[(q_head + q_len++) % q_cap] = (uintptr_t)p;
@@ -431,7 +442,7 @@ void debug_free(void *p, size_t size, const char *call, const void *site)
 		n = quarantine_evict(out, BATCH, budget);
 		unlock_ranked(&debug_lock, RANK_DEBUG);
 		for (size_t i = 0; i < n; i++)
-			kfree((void *)out[i], call);
+			kfree_direct((void *)out[i], call);
 		if (n == BATCH)
 			lock_ranked(&debug_lock, RANK_DEBUG);
 	} while (n == BATCH);

@@ -28,8 +28,17 @@
  * (where libraries and mappings are), so that both tend to share a page
  * table; then the kmalloc caches, and the start-up arena with its granule
  * map.
+ *
+ * Besides, the one datum a lower layer takes from this one at load (in
+ * .data, not among the arrays): malloc's divert starts at this layer's
+ * hooks, so that the first malloc-family call, from whatever constructor,
+ * reads the debug option first (kmalloc.h, debug.c).
  */
 #include "api.h"
+
+struct kmalloc_divert kdiv = {
+	.small_lim = 0, .mid_lim = 0, .malloc = debug_malloc_call, .free = debug_free_call,
+};
 
 uint8_t seg_registry[REG_SEGMENTS];
 struct thread_heap empty_heap;

@@ -20,15 +20,11 @@
 
 USLAB_API void *uslab_malloc(size_t n)
 {
-	if (debug_maybe())
-		return debug_malloc_call(n, DEBUG_SITE);
 	return kmalloc(n);
 }
 
 USLAB_API void uslab_free(void *p)
 {
-	if (debug_maybe())
-		return debug_free_call(p, "free", DEBUG_SITE);
 	kfree(p, "free");
 }
 

@@ -15,18 +15,14 @@
 
 #define EXPORT USLAB_API
 
-/* malloc and free: the inline paths, and the debug mode's (api.h) */
+/* malloc and free: the inline paths (kmalloc.h; the debug mode diverts them) */
 EXPORT void *malloc(size_t n)
 {
-	if (debug_maybe())
-		return debug_malloc_call(n, DEBUG_SITE);
 	return kmalloc(n);
 }
 
 EXPORT void free(void *p)
 {
-	if (debug_maybe())
-		return debug_free_call(p, "free", DEBUG_SITE);
 	kfree(p, "free");
 }
 

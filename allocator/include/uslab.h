@@ -223,23 +223,24 @@ struct uslab_cache_fast_ {           /* the head of struct uslab_cache */
  * The fast paths, defined once: these serve the inline functions below, the
  * library's own uslab_cache_alloc/free, and malloc and free. fp_offset is
  * where an object keeps its free pointer (0 but for caches with a
- * constructor), key the free-pointer key. No atomic instruction, no lock,
- * no call.
+ * constructor), key where the free-pointer key is kept: read where it is
+ * used, so that it folds into the xor. No atomic instruction, no lock, no
+ * call.
  */
 /* The free pointer kept at slot, decoded; and stored, encoded. */
-USLAB_CORE_INLINE_ void *uslab_fp_load_(const void *slot, unsigned long key)
+USLAB_CORE_INLINE_ void *uslab_fp_load_(const void *slot, const uslab_word_ *key)
 {
-	return (void *)(*(const uslab_word_ *)slot ^ (unsigned long)slot ^ key);
+	return (void *)(*(const uslab_word_ *)slot ^ (unsigned long)slot ^ *key);
 }
 
-USLAB_CORE_INLINE_ void uslab_fp_store_(void *slot, const void *next, unsigned long key)
+USLAB_CORE_INLINE_ void uslab_fp_store_(void *slot, const void *next, const uslab_word_ *key)
 {
-	*(uslab_word_ *)slot = (unsigned long)next ^ (unsigned long)slot ^ key;
+	*(uslab_word_ *)slot = (unsigned long)next ^ (unsigned long)slot ^ *key;
 }
 
 /* The next object of the cpu freelist, or NULL when it is empty. */
 USLAB_CORE_INLINE_ void *uslab_cpu_pop_(struct uslab_cpu_cache_ *c, unsigned long fp_offset,
-				       unsigned long key)
+				       const uslab_word_ *key)
 {
 	void *obj = c->freelist;
 
@@ -250,7 +251,7 @@ USLAB_CORE_INLINE_ void *uslab_cpu_pop_(struct uslab_cpu_cache_ *c, unsigned lon
 
 /* obj onto the cpu freelist, unchecked. */
 USLAB_CORE_INLINE_ void uslab_cpu_link_(struct uslab_cpu_cache_ *c, void *obj,
-				       unsigned long fp_offset, unsigned long key)
+				       unsigned long fp_offset, const uslab_word_ *key)
 {
 	uslab_fp_store_((char *)obj + fp_offset, c->freelist, key);
 	c->freelist = obj;
@@ -261,7 +262,7 @@ USLAB_CORE_INLINE_ void uslab_cpu_link_(struct uslab_cpu_cache_ *c, void *obj,
  * the list's head; 0 otherwise (another slab's, NULL, a double free: the
  * caller's slow path tells them apart). */
 USLAB_CORE_INLINE_ int uslab_cpu_push_(struct uslab_cpu_cache_ *c, void *obj,
-				      unsigned long fp_offset, unsigned long key)
+				      unsigned long fp_offset, const uslab_word_ *key)
 {
 	if (__builtin_expect((unsigned long)obj - c->base < c->span && obj != c->freelist, 1)) {
 		uslab_cpu_link_(c, obj, fp_offset, key);
@@ -284,7 +285,7 @@ void uslab__cache_free(struct uslab_cache *cache, void *obj);
 /* the calling thread's cpu slab for the cache (the empty one before it has a
  * heap), and the free-pointer key its heap holds */
 #define USLAB_CPU_CACHE_(s) ((struct uslab_cpu_cache_ *)(void *)(uslab_tls_heap_ + (s)->inline_offset))
-#define USLAB_FP_KEY_() (((const struct uslab_heap_head_ *)(const void *)uslab_tls_heap_)->fp_key)
+#define USLAB_FP_KEY_() (&((const struct uslab_heap_head_ *)(const void *)uslab_tls_heap_)->fp_key)
 
 USLAB_FAST_INLINE_ void *uslab_cache_alloc(struct uslab_cache *cache)
 {

@@ -141,7 +141,39 @@ void free_nonsmall(void *p, struct slab *slab, const char *call)
  * a slab another thread owns (or nobody), an immediate double free, a large
  * run, a huge mapping, a uslab_cache object, or a bad pointer.
  */
-noinline void kfree_slow(void *p, const char *call)
+/* malloc of what the inline path does not serve: large and huge blocks, and
+ * every request while malloc is diverted (kmalloc.h). */
+noinline void *kmalloc_beyond(size_t n, const void *site)
+{
+	void *(*hook)(size_t, const void *) = READ_ONCE(kdiv.malloc);
+
+	if (unlikely(hook))
+		return hook(n, site);
+	if (n <= SMALL_MAX)   /* saw the limits of a divert that has ended */
+		return kmalloc_direct(n);
+	return malloc_large_or_huge(n, 0, NULL);
+}
+
+void kmalloc_divert(void *(*malloc_hook)(size_t, const void *),
+		    void (*free_hook)(void *, const char *, const void *))
+{
+	segment_registry_divert(free_hook != NULL);
+	WRITE_ONCE(kdiv.malloc, malloc_hook);
+	WRITE_ONCE(kdiv.free, free_hook);
+	WRITE_ONCE(kdiv.small_lim, malloc_hook ? 0 : KMALLOC_SMALL_LIM);
+	WRITE_ONCE(kdiv.mid_lim, malloc_hook ? 0 : KMALLOC_MID_LIM);
+}
+
+noinline void kfree_slow(void *p, const char *call, const void *site)
+{
+	void (*hook)(void *, const char *, const void *) = READ_ONCE(kdiv.free);
+
+	if (unlikely(hook))
+		return hook(p, call, site);
+	kfree_direct(p, call);
+}
+
+void kfree_direct(void *p, const char *call)
 {
 	if (!p)
 		return;

@@ -94,7 +94,36 @@ static inline unsigned size_class(size_t n)
 }
 
 void *kmalloc_slow(unsigned cls);
+void *kmalloc_beyond(size_t n, const void *site);
 void *malloc_large_or_huge(size_t n, size_t align, bool *zeroed);
+
+/*
+ * Diverting malloc and free to a mode of the layer above (the debug mode;
+ * also the state before that layer has read its options). The inline paths
+ * compare a request with two limits kept in memory rather than with
+ * constants, and take a free only from a segment whose registry byte is
+ * REG_FAST: not diverted, that costs nothing (a compare with memory instead
+ * of an immediate, the same instruction count). Diverted, both limits are 0,
+ * so every kmalloc reaches kmalloc_beyond and calls the malloc hook; and when
+ * frees are diverted too, segments are registered REG_DIVERTED, so every
+ * kfree reaches kfree_slow and calls the free hook. The hooks make their own
+ * blocks with kmalloc_direct and kfree_direct, which ignore the divert.
+ * Set up by the layer above before the program's threads (kmalloc_divert);
+ * plain loads.
+ */
+struct kmalloc_divert {
+	size_t small_lim;        /* kmalloc serves n < small_lim from kmalloc_small_off */
+	size_t mid_lim;          /* ... n < mid_lim from kmalloc_big_class */
+	void *(*malloc)(size_t n, const void *site);                 /* NULL: not diverted */
+	void (*free)(void *p, const char *call, const void *site);   /* NULL: not diverted */
+};
+extern struct kmalloc_divert kdiv;   /* starts at the layer above's hooks (api/layout.c) */
+#define KMALLOC_SMALL_LIM ((size_t)1024 + 1)
+#define KMALLOC_MID_LIM   ((size_t)SMALL_MAX + 1)
+/* Divert malloc to hooks->malloc (NULL: serve it here again) and, when
+ * hooks->free is set, every free to it. */
+void kmalloc_divert(void *(*malloc_hook)(size_t, const void *),
+		    void (*free_hook)(void *, const char *, const void *));
 extern bool kmalloc_startup;                  /* the start-up classes serve (classes.c) */
 void kmalloc_startup_end(void);               /* ... no longer */
 
@@ -121,23 +150,31 @@ size_t kmalloc_huge_count(void);
  * must be; problems printed, counted. */
 long kmalloc_check_descs(void);
 void free_nonsmall(void *p, struct slab *slab, const char *call);
-noinline void kfree_slow(void *p, const char *call);
+noinline void kfree_slow(void *p, const char *call, const void *site);
+void kfree_direct(void *p, const char *call);  /* kfree_slow without the divert */
 noinline cold __attribute__((noreturn)) void free_invalid(const void *p, const char *call);
 
 
-/* The kmalloc caches have ids 0..NR_CLASSES-1, so their cpu slabs sit at
- * fixed places in every heap, and no constructor, so the free pointer is
- * the object's first word. */
-static inline void *kmalloc(size_t n)
+/*
+ * The malloc fast path, defined once: n below lim->small_lim goes by the
+ * class table, below lim->mid_lim by the big-class table, the rest to
+ * beyond with the site (the caller's return address, as this is always
+ * inlined into an entry point), read only on that way: every n when the
+ * limits are 0. The kmalloc caches have ids 0..NR_CLASSES-1, so their cpu
+ * slabs sit at fixed places in every heap, and no constructor, so the free
+ * pointer is the object's first word.
+ */
+static __always_inline void *kmalloc_with(size_t n, const struct kmalloc_divert *lim,
+					  void *(*beyond)(size_t, const void *))
 {
 	uintptr_t off;
 
-	if (likely(n <= 1024))
+	if (likely(n < lim->small_lim))
 		off = kmalloc_small_off[n];
-	else if (likely(n <= SMALL_MAX))
+	else if (likely(n < lim->mid_lim))
 		off = (uintptr_t)size_class_above_1k(n) << CPU_SLAB_SHIFT;
 	else
-		return malloc_large_or_huge(n, 0, NULL);
+		return beyond(n, __builtin_return_address(0));
 
 	struct cpu_slab *c = (struct cpu_slab *)((char *)tls_heap +
 						 offsetof(struct thread_heap, cpu) + off);
@@ -146,6 +183,25 @@ static inline void *kmalloc(size_t n)
 	if (likely(obj))
 		return obj;
 	return kmalloc_slow((unsigned)(off >> CPU_SLAB_SHIFT));
+}
+
+static __always_inline void *kmalloc(size_t n)
+{
+	return kmalloc_with(n, &kdiv, kmalloc_beyond);
+}
+
+static inline void *large_or_huge_at(size_t n, const void *site)
+{
+	(void)site;
+	return malloc_large_or_huge(n, 0, NULL);
+}
+
+/* The hooks' own blocks: never diverted. */
+static __always_inline void *kmalloc_direct(size_t n)
+{
+	static const struct kmalloc_divert fixed = { KMALLOC_SMALL_LIM, KMALLOC_MID_LIM, NULL, NULL };
+
+	return kmalloc_with(n, &fixed, large_or_huge_at);
 }
 
 /*
@@ -157,11 +213,11 @@ static inline void *kmalloc(size_t n)
  * thread without a heap has none). None is an atomic. kfree_slow looks again
  * and tells everything else apart.
  */
-static inline void kfree(void *p, const char *call)
+static __always_inline void kfree(void *p, const char *call)
 {
 	uintptr_t seg = (uintptr_t)p & ~(SEG_SIZE - 1);
 
-	if (likely(segment_is_registered(seg))) {
+	if (likely(segment_is_fast(seg))) {
 		/* p's own unit's descriptor holds its slab's free-check fields
 		 * (zero for a free unit, a large run, a uslab_cache slab) */
 		uintptr_t d = unit_desc_off(p);
@@ -194,7 +250,7 @@ static inline void kfree(void *p, const char *call)
 			}
 		}
 	}
-	kfree_slow(p, call);
+	kfree_slow(p, call, __builtin_return_address(0));
 }
 
 #pragma GCC visibility pop

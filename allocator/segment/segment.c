@@ -35,9 +35,21 @@ static atomic_long_t mapped_bytes;
 /* Published with a release store before the segment's first unit is handed
  * out; a pointer from it reaches another thread only through some later
  * synchronisation, which orders that thread's relaxed lookup after this. */
-static void registry_set(uintptr_t seg, bool on)
+static void registry_set(uintptr_t seg, uint8_t v)
 {
-	smp_store_release(&seg_registry[seg >> SEG_SHIFT], (uint8_t)on);
+	smp_store_release(&seg_registry[seg >> SEG_SHIFT], v);
+}
+
+/* What a listed segment's byte says (seg_lock): REG_FAST or REG_DIVERTED. */
+static uint8_t registry_listed = REG_FAST;
+
+void segment_registry_divert(bool on)
+{
+	seg_lock_take();
+	registry_listed = on ? REG_DIVERTED : REG_FAST;
+	for (struct segment *seg = seg_list; seg; seg = seg->next)
+		registry_set((uintptr_t)seg, registry_listed);
+	seg_unlock();
 }
 
 unsigned long segment_lock_count(void)
@@ -93,13 +105,12 @@ static struct segment *segment_map(void)
 		seg->aged_ms = os_now_ms();
 	}
 	atomic_long_add(SEG_SIZE, &mapped_bytes);
-	registry_set((uintptr_t)seg, true);
-	return seg;
+	return seg;   /* registered when it is listed, before any unit is out */
 }
 
 static void segment_unmap(struct segment *seg)
 {
-	registry_set((uintptr_t)seg, false);
+	registry_set((uintptr_t)seg, REG_NONE);
 	seg->magic = 0;
 	atomic_long_sub(SEG_SIZE, &mapped_bytes);
 	os_unmap(seg, SEG_SIZE);
@@ -127,6 +138,7 @@ static void seg_list_del(struct segment *seg)
 /* seg_lock held: a new segment (all units free) joins the list and the counts. */
 static void seg_list_add_new(struct segment *seg)
 {
+	registry_set((uintptr_t)seg, registry_listed);
 	seg_list_add(seg);
 	nr_empty_segments++;
 	WRITE_ONCE(clean_free_units, clean_free_units + seg->free_units - seg->dirty_units);

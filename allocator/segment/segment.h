@@ -112,18 +112,32 @@ _Static_assert(sizeof(struct segment) <= SEG_HDR_UNITS * UNIT_SIZE, "header fits
 #define REG_SEGMENTS  (1ul << (REG_ADDR_BITS - SEG_SHIFT))
 extern uint8_t seg_registry[REG_SEGMENTS];
 
-/* Is seg (any address in it) one of our segments? One byte load. */
-static inline bool segment_is_registered(uintptr_t p)
+/* A registered segment's byte: REG_FAST, or REG_DIVERTED while the layers
+ * above want every free of theirs to take the slow path (kmalloc.h). */
+enum { REG_NONE, REG_FAST, REG_DIVERTED };
+void segment_registry_divert(bool on);   /* every segment's byte, now and later */
+
+/* The registry byte of the segment holding p: a plain load, so that it
+ * folds into a compare. The byte of a segment holding p was written
+ * (release, registry_set) before p was handed out, and p reached this
+ * thread through some later synchronisation. */
+static inline bool segment_registry_is(uintptr_t p, uint8_t v)
 {
 	uintptr_t idx = p >> SEG_SHIFT;
 
-	if (unlikely(idx >= REG_SEGMENTS))
-		return false;
-	/* a plain load, so that it folds into a compare: the byte of a
-	 * segment holding p was written (release, registry_set) before p was
-	 * handed out, and p reached this thread through some later
-	 * synchronisation */
-	return seg_registry[idx] != 0;
+	return likely(idx < REG_SEGMENTS) && seg_registry[idx] == v;
+}
+
+/* Is seg (any address in it) one of our segments? One byte load. */
+static inline bool segment_is_registered(uintptr_t p)
+{
+	return !segment_registry_is(p, REG_NONE);
+}
+
+/* ... and not diverted (the inline free path's test). */
+static inline bool segment_is_fast(uintptr_t p)
+{
+	return segment_registry_is(p, REG_FAST);
 }
 
 static inline struct segment *ptr_segment(const void *p)
@@ -142,7 +156,7 @@ static inline uintptr_t unit_desc_off(const void *p)
  * no bits (else GCC ORs them and misses base + index addressing), and, as
  * it runs for every call, keeps GCC from materialising the address once
  * when a caller reads several fields: each load folds seg + off + field. */
-static inline struct slab *desc_at(uintptr_t seg, uintptr_t off)
+static __always_inline struct slab *desc_at(uintptr_t seg, uintptr_t off)
 {
 	__asm__("" : "+r"(off));
 	return (struct slab *)(seg + offsetof(struct segment, desc) + off);

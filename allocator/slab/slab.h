@@ -191,12 +191,13 @@ static inline const char *cache_free_call(const struct uslab_cache *s)
 extern uintptr_t fp_key;
 uintptr_t fp_key_setup(void);
 
-/* A plain load, which the fast paths fold into their XOR: the key is set
- * by a constructor, before the program's threads (fp_key_setup covers the
- * calls that come earlier, from other libraries' constructors). */
-static inline uintptr_t fp_key_get(void)
+/* Where the fast paths read the key, with a plain load that folds into
+ * their XOR: it is set by a constructor, before the program's threads
+ * (fp_key_setup covers the calls that come earlier, from other libraries'
+ * constructors). */
+static inline const uslab_word_ *fp_key_get(void)
 {
-	return fp_key;
+	return (const uslab_word_ *)&fp_key;
 }
 
 /* The free pointer: the one pair of helpers. */

@@ -107,10 +107,8 @@ static void *memalign_at(size_t align, size_t n, const char *call, const void *s
 	}
 	if (debug_active())
 		return debug_alloc(n, align, false, call, site);
-	if (align <= 8)
+	if (align <= 16)   /* every class is a multiple of 16 */
 		return kmalloc(n);
-	if (align <= 16)   /* classes from 16 up are multiples of 16 */
-		return kmalloc(n < align ? align : n);
 	return kmalloc_aligned(align, n);
 }
 

@@ -87,15 +87,15 @@ static void check_startup_bounded(void)
 		long n = 0;
 
 		while (kmalloc_startup && n < 100000) {
-			void *p = uslab_malloc(8);   /* class 8 B, start-up class 16 B */
-			/* 8 only from the request that ends them */
-			if (!p || uslab_malloc_usable_size(p) != (kmalloc_startup ? 16u : 8u))
+			void *p = uslab_malloc(40);   /* class 48 B, start-up class 64 B */
+			/* 48 only from the request that ends them */
+			if (!p || uslab_malloc_usable_size(p) != (kmalloc_startup ? 64u : 48u))
 				_exit(2);
 			uslab_free(p);
 			n++;
 		}
-		void *p = uslab_malloc(8);
-		_exit(kmalloc_startup || n > 5000 || uslab_malloc_usable_size(p) != 8 ? 1 : 0);
+		void *p = uslab_malloc(40);
+		_exit(kmalloc_startup || n > 5000 || uslab_malloc_usable_size(p) != 48 ? 1 : 0);
 	}
 	REQUIRE(waitpid(pid, &status, 0) == pid);
 	CHECK(WIFEXITED(status));
@@ -110,6 +110,9 @@ int main(void)
 	CHECK_EQ(kmalloc_class_size[NR_CLASSES - 1], SMALL_MAX);
 	for (unsigned c = 1; c < NR_CLASSES; c++)
 		CHECK(kmalloc_class_size[c] > kmalloc_class_size[c - 1]);
+	/* every block 16-aligned and with a second word (the double-free mark) */
+	for (unsigned c = 0; c < NR_CLASSES; c++)
+		CHECK_EQ(kmalloc_class_size[c] % 16, 0);
 
 	for (size_t n = 1; n <= SMALL_MAX; n++) {
 		unsigned c = size_class(n), m = model_class(n);

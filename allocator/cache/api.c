@@ -322,6 +322,7 @@ int cache_setup(struct uslab_cache *s, const char *name, size_t size, size_t ali
 		 * or when a checker in the program is to see its objects */
 		if ((san_active() || vg_running()) && !(flags & CACHE_MALLOC))
 			s->flags |= CACHE_WATCHED;
+		s->fp_key = fp_key_setup();
 		s->inline_offset = s->fp_offset || (s->flags & CACHE_WATCHED) ?
 				   (uint32_t)(offsetof(struct thread_heap, cpu) +
 					      NEVER_USED_ID * sizeof(struct cpu_slab)) : s->cpu_offset;

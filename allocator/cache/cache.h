@@ -53,6 +53,7 @@ MIRRORS(struct cpu_slab, fast_frees, struct uslab_cpu_cache_, fast_frees);
 _Static_assert(sizeof(struct cpu_slab) == sizeof(struct uslab_cpu_cache_), "uslab_cpu_cache_ size");
 
 MIRRORS(struct uslab_cache, inline_offset, struct uslab_cache_fast_, inline_offset);
+MIRRORS(struct uslab_cache, fp_key, struct uslab_cache_fast_, fp_key);
 
 /*
  * Remote frees by message (cache.c, docs/slab.md): a thread that frees
@@ -91,7 +92,6 @@ _Static_assert(sizeof(struct remote_msg) == 512, "a message is 8 cache lines");
  * docs/slab.md).
  */
 struct thread_heap {
-	uintptr_t fp_key;                    /* a copy of fp_key (slab.h), for uslab.h */
 	uint64_t chunks_used;                /* bit k: cpu[k*64 .. k*64+63] in use */
 	struct thread_heap *next;            /* all heaps, under heaps_lock */
 	struct remote_msg *msg_pool;         /* spare messages (owner only) */
@@ -126,7 +126,6 @@ struct thread_heap {
 	long stat[MAX_CACHES - STATIC_IDS][NR_CACHE_STATS] __attribute__((aligned(CACHE_LINE)));
 };
 _Static_assert(NR_CHUNKS <= 64, "chunks_used is one word");
-MIRRORS(struct thread_heap, fp_key, struct uslab_heap_head_, fp_key);
 _Static_assert(offsetof(struct thread_heap, cpu) == CACHE_LINE,
 	       "cpu[64k - 1] (never a live cache's) starts each page of a heap");
 _Static_assert(NEVER_USED_ID % 64 == 63, "the never-used id is one at a page start");
@@ -141,8 +140,8 @@ static inline struct mailbox *heap_inbox(struct thread_heap *h, unsigned id)
 	return id < STATIC_IDS ? &h->k_inbox[id] : &h->inbox[id - STATIC_IDS];
 }
 
-/* Exported (as uslab_tls_heap_v2_) for the inline fast paths in uslab.h. */
-extern __thread struct thread_heap *tls_heap __asm__("uslab_tls_heap_v2_")
+/* Exported (as uslab_tls_heap_v3_) for the inline fast paths in uslab.h. */
+extern __thread struct thread_heap *tls_heap __asm__("uslab_tls_heap_v3_")
 	__attribute__((tls_model("initial-exec"), visibility("default")));
 
 extern struct thread_heap empty_heap;   /* tls_heap of a thread without a heap */

@@ -374,7 +374,20 @@ static bool cpu_refill(struct uslab_cache *s, struct cpu_slab *c)
 	return true;
 }
 
-/* The fast path found the cpu freelist empty (or the thread has no heap). */
+/* A free pointer that decodes to no address: the word of a free object was
+ * overwritten (a write after free, an overflow from the object before). */
+static noinline cold __attribute__((noreturn)) void freelist_corrupt(const struct uslab_cache *s,
+								     const void *next)
+{
+	char what[128];
+
+	snprintf(what, sizeof(what), "corrupted free list (a free block written to?) of cache %s: "
+		 "next pointer", s->name);
+	uslab_fatal(s->flags & CACHE_MALLOC ? "malloc" : "uslab_cache_alloc", next, what);
+}
+
+/* The fast path found the cpu freelist empty (or the thread has no heap),
+ * or refused its head. */
 void *cache_alloc_slow(struct uslab_cache *s)
 {
 	struct cpu_slab *c;
@@ -387,7 +400,14 @@ void *cache_alloc_slow(struct uslab_cache *s)
 		return NULL;
 	}
 	stat_add(s, STAT_ALLOC_SLOW, 1);
-	if (!c->freelist && !cpu_refill(s, c))
+	if (unlikely(c->freelist)) {   /* a pop that finds an object, or refuses a bad one */
+		void *obj = uslab_cpu_pop_(cpu_fast(c), s->fp_offset, fp_key_get());
+
+		if (likely(obj))
+			return obj;
+		freelist_corrupt(s, c->freelist);
+	}
+	if (!cpu_refill(s, c))
 		return NULL;
 	return uslab_cpu_pop_(cpu_fast(c), s->fp_offset, fp_key_get());
 }

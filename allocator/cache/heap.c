@@ -48,7 +48,6 @@ static struct thread_heap *heap_get(void)
 			unlock_ranked(&heaps_lock, RANK_HEAPS);
 			return NULL;
 		}
-		h->fp_key = fp_key_setup();   /* uslab.h's inline paths read it here */
 		h->chunks_used = 1;   /* the static caches' */
 		h->next = heaps;
 		heaps = h;

@@ -19,7 +19,7 @@ extern "C" {
 #endif
 
 #define USLAB_VERSION_MAJOR 0
-#define USLAB_VERSION_MINOR 2
+#define USLAB_VERSION_MINOR 3
 
 /* ---- object caches ------------------------------------------------------ */
 
@@ -182,7 +182,7 @@ void uslab_stats_json(FILE *out);
  *
  * Free pointers are stored encoded: the word an object keeps is
  * next ^ (the word's own address) ^ key, key a random secret of the process
- * (a copy of it heads every thread's heap), so a leaked word reveals no heap
+ * (each cache holds a copy), so a leaked word reveals no heap
  * address, and a word overwritten after the free decodes to noise rather
  * than to an address of the writer's choosing.
  *
@@ -209,14 +209,13 @@ struct USLAB_MAY_ALIAS_ uslab_cpu_cache_ {   /* per thread, per cache */
 	unsigned long long fast_frees;   /* frees pushed here (statistics) */
 	unsigned int private2_[2];
 };
-struct USLAB_MAY_ALIAS_ uslab_heap_head_ {   /* the head of a thread's heap */
-	unsigned long fp_key;            /* the free-pointer key (0: no heap yet) */
-};
 typedef unsigned long USLAB_MAY_ALIAS_ uslab_word_;
 struct uslab_cache_fast_ {           /* the head of struct uslab_cache */
 	unsigned int inline_offset;      /* byte offset of the cpu slab these paths use
 					    in a thread's heap (an always-empty one for a
 					    cache with a constructor) */
+	unsigned int private_;
+	uslab_word_ fp_key;              /* the free-pointer key */
 };
 
 /*
@@ -238,15 +237,31 @@ USLAB_CORE_INLINE_ void uslab_fp_store_(void *slot, const void *next, const usla
 	*(uslab_word_ *)slot = (unsigned long)next ^ (unsigned long)slot ^ *key;
 }
 
-/* The next object of the cpu freelist, or NULL when it is empty. */
+/* Every object lies below 2^USLAB_ADDR_BITS_ (the library maps nothing
+ * higher: x86-64's user space, and arm64's 48-bit one). */
+#if defined(__x86_64__)
+#define USLAB_ADDR_BITS_ 47
+#else
+#define USLAB_ADDR_BITS_ 48
+#endif
+
+/*
+ * The next object of the cpu freelist, or NULL when it is empty - or when
+ * the head is no address at all: a free pointer overwritten after its
+ * free decodes to noise, which the pop that would follow it refuses (the
+ * slow path then names it). One instruction more than a NULL test: 0 and
+ * anything at or above 2^USLAB_ADDR_BITS_ both fail one compare.
+ */
 USLAB_CORE_INLINE_ void *uslab_cpu_pop_(struct uslab_cpu_cache_ *c, unsigned long fp_offset,
 				       const uslab_word_ *key)
 {
 	void *obj = c->freelist;
 
-	if (__builtin_expect(obj != 0, 1))
+	if (__builtin_expect(((unsigned long)obj - 1) >> USLAB_ADDR_BITS_ == 0, 1)) {
 		c->freelist = uslab_fp_load_((char *)obj + fp_offset, key);
-	return obj;
+		return obj;
+	}
+	return 0;
 }
 
 /* obj onto the cpu freelist, unchecked. */
@@ -274,7 +289,7 @@ USLAB_CORE_INLINE_ int uslab_cpu_push_(struct uslab_cpu_cache_ *c, void *obj,
 #if !defined(USLAB_NO_INLINE) && !defined(USLAB_BUILDING_LIBRARY) && defined(__GNUC__) && \
 	defined(__OPTIMIZE__)
 #define USLAB_INLINE_FAST_PATHS 1
-extern __thread char *uslab_tls_heap_ __asm__("uslab_tls_heap_v2_")
+extern __thread char *uslab_tls_heap_ __asm__("uslab_tls_heap_v3_")
 	__attribute__((tls_model("initial-exec")));
 
 #define USLAB_FAST_INLINE_ extern __inline __attribute__((__gnu_inline__, __always_inline__))
@@ -283,14 +298,16 @@ void *uslab__cache_alloc(struct uslab_cache *cache);
 void uslab__cache_free(struct uslab_cache *cache, void *obj);
 
 /* the calling thread's cpu slab for the cache (the empty one before it has a
- * heap), and the free-pointer key its heap holds */
+ * heap), and the free-pointer key the cache holds a copy of (read through
+ * the cache, which the caller has in hand, so the cpu slab's address
+ * folds into the loads and stores) */
 #define USLAB_CPU_CACHE_(s) ((struct uslab_cpu_cache_ *)(void *)(uslab_tls_heap_ + (s)->inline_offset))
-#define USLAB_FP_KEY_() (&((const struct uslab_heap_head_ *)(const void *)uslab_tls_heap_)->fp_key)
+#define USLAB_FP_KEY_(s) (&(s)->fp_key)
 
 USLAB_FAST_INLINE_ void *uslab_cache_alloc(struct uslab_cache *cache)
 {
 	const struct uslab_cache_fast_ *s = (const struct uslab_cache_fast_ *)(const void *)cache;
-	void *obj = uslab_cpu_pop_(USLAB_CPU_CACHE_(s), 0, USLAB_FP_KEY_());
+	void *obj = uslab_cpu_pop_(USLAB_CPU_CACHE_(s), 0, USLAB_FP_KEY_(s));
 
 	if (__builtin_expect(obj != 0, 1))
 		return obj;
@@ -301,7 +318,7 @@ USLAB_FAST_INLINE_ void uslab_cache_free(struct uslab_cache *cache, void *obj)
 {
 	const struct uslab_cache_fast_ *s = (const struct uslab_cache_fast_ *)(const void *)cache;
 
-	if (__builtin_expect(uslab_cpu_push_(USLAB_CPU_CACHE_(s), obj, 0, USLAB_FP_KEY_()), 1))
+	if (__builtin_expect(uslab_cpu_push_(USLAB_CPU_CACHE_(s), obj, 0, USLAB_FP_KEY_(s)), 1))
 		return;
 	uslab__cache_free(cache, obj);   /* checks, other slabs */
 }

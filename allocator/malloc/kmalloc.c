@@ -108,7 +108,9 @@ noinline void *kmalloc_slow(unsigned cls)
 		if (p)
 			return p;
 	}
-	return kmalloc_class_alloc(kmalloc_cache(cls));
+	void *p = kmalloc_class_alloc(kmalloc_cache(cls));
+
+	return p ? kmalloc_unmark(p) : NULL;
 }
 
 noinline cold void free_invalid(const void *p, const char *call)
@@ -190,6 +192,9 @@ void kfree_direct(void *p, const char *call)
 		free_invalid(p, call);
 	if (unlikely(!(s->flags & CACHE_MALLOC)))
 		uslab_fatal(call, p, "pointer from uslab_cache_alloc");
+	if (unlikely(free_marked(p)))
+		uslab_fatal(call, p, "double free");
+	kfree_mark(p, free_mark);
 	/* owner-local, cached as foreign (flushing, or making the heap, first),
 	 * or home at once for small objects of another thread's slab */
 	slab_free_slow(s, slab, p);
@@ -294,8 +299,10 @@ void *kmalloc_aligned(size_t align, size_t n)
 			if (kmalloc_class_size[c] % align)
 				continue;
 			/* a class not set up yet has no cpu_offset to go by */
-			return likely(!kmalloc_unready(s)) ? cache_alloc_fast(s) :
-							     kmalloc_class_alloc(s);
+			void *p = likely(!kmalloc_unready(s)) ? cache_alloc_fast(s) :
+								kmalloc_class_alloc(s);
+
+			return p ? kmalloc_unmark(p) : NULL;
 		}
 	}
 	return malloc_large_or_huge(n, align, NULL);

@@ -156,6 +156,19 @@ void kfree_direct(void *p, const char *call);  /* kfree_slow without the divert 
 noinline cold __attribute__((noreturn)) void free_invalid(const void *p, const char *call);
 
 
+/* A free small block's second word holds the free mark (slab.h); the
+ * allocation that hands it out again clears it. */
+static __always_inline void kfree_mark(void *p, uintptr_t mark)
+{
+	((uintptr_t *)p)[1] = mark;
+}
+
+static __always_inline void *kmalloc_unmark(void *p)
+{
+	((uintptr_t *)p)[1] = 0;
+	return p;
+}
+
 /*
  * The malloc fast path, defined once: n below lim->small_lim goes by the
  * class table, below lim->mid_lim by the big-class table, the rest to
@@ -182,7 +195,7 @@ static __always_inline void *kmalloc_with(size_t n, const struct kmalloc_divert 
 	void *obj = uslab_cpu_pop_(cpu_fast(c), 0, fp_key_get());
 
 	if (likely(obj))
-		return obj;
+		return kmalloc_unmark(obj);
 	return kmalloc_slow((unsigned)(off >> CPU_SLAB_SHIFT));
 }
 
@@ -207,12 +220,14 @@ static __always_inline void *kmalloc_direct(size_t n)
 
 /*
  * The fast path takes a valid object of malloc's (kfree_magic is 0 for
- * every other slab) of a slab this thread owns — onto the slab's owner-local list —
- * of a slab another thread owns, into this thread's message to that owner
- * while it has room (outbox_add), or of a slab nobody owns, onto this
- * thread's cpu freelist for the class while its foreign budget lasts (a
- * thread without a heap has none). None is an atomic. kfree_slow looks again
- * and tells everything else apart.
+ * every other slab) that is not free already (its second word is not the
+ * free mark: a double free, wherever the block waits) of a slab this thread
+ * owns — onto the slab's owner-local list — of a slab another thread owns,
+ * into this thread's message to that owner while it has room (outbox_add),
+ * or of a slab nobody owns, onto this thread's cpu freelist for the class
+ * while its foreign budget lasts (a thread without a heap has none), and
+ * marks it free. None is an atomic. kfree_slow looks again and tells
+ * everything else apart.
  */
 static __always_inline void kfree(void *p, const char *call)
 {
@@ -227,12 +242,14 @@ static __always_inline void kfree(void *p, const char *call)
 		if (likely(object_offset_valid(desc_at(seg, d)->kfree_magic,
 					       desc_at(seg, d)->kfree_limit, off))) {
 			struct slab *slab = READ_ONCE(desc_at(seg, d)->head);
+			uintptr_t mark = free_mark;
 
+			if (unlikely(free_marked(p)))
+				goto slow;
 			if (likely(READ_ONCE(slab->owner_tp) == thread_self())) {
-				if (likely(p != slab->local_free)) {
-					slab_local_push(slab, p, 0);
-					return;
-				}
+				slab_local_push(slab, p, 0);
+				kfree_mark(p, mark);
+				return;
 			} else {
 				struct uslab_cache *s = slab->cache;
 				/* a fresh load, so that the owner test above can compare
@@ -241,16 +258,20 @@ static __always_inline void kfree(void *p, const char *call)
 				struct cpu_slab *c = (struct cpu_slab *)((char *)h + s->cpu_offset);
 
 				if (READ_ONCE(slab->owner_tp)) {
-					if (likely(outbox_add(h, s, slab, p)))
+					if (likely(outbox_add(h, s, slab, p))) {
+						kfree_mark(p, mark);
 						return;
-				} else if (likely(c->foreign_left && p != c->freelist)) {
+					}
+				} else if (likely(c->foreign_left)) {
 					c->foreign_left--;
 					uslab_cpu_link_(cpu_fast(c), p, 0, fp_key_get());
+					kfree_mark(p, mark);
 					return;
 				}
 			}
 		}
 	}
+slow:
 	kfree_slow(p, call, __builtin_return_address(0));
 }
 

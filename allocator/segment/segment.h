@@ -105,10 +105,17 @@ _Static_assert(sizeof(struct segment) <= SEG_HDR_UNITS * UNIT_SIZE, "header fits
 
 /* ---- pointer -> descriptor --------------------------------------------------------- */
 
-/* One byte per possible segment of the 47-bit user address space: 32 MiB of
- * .bss zero pages (api/layout.c), of which only those covering our segments
- * are touched. */
+/* One byte per possible segment of the user address space (47 bits on
+ * x86-64, 48 on arm64, where mmap hands out addresses just below 2^48):
+ * 32 or 64 MiB of .bss zero pages (api/layout.c), of which only those
+ * covering our segments are touched. A mapping above it is not used
+ * (segment_map), so every object lies below 2^REG_ADDR_BITS, which the
+ * cpu freelist's pop relies on (uslab.h, USLAB_ADDR_BITS_). */
+#if defined(__x86_64__)
 #define REG_ADDR_BITS 47
+#else
+#define REG_ADDR_BITS 48
+#endif
 #define REG_SEGMENTS  (1ul << (REG_ADDR_BITS - SEG_SHIFT))
 extern uint8_t seg_registry[REG_SEGMENTS];
 

@@ -24,12 +24,16 @@ uintptr_t fp_key;
  * (acq_rel, and a loser acquires the winner's key). Later readers reach
  * fp_key only through a slab or a heap made after it, published with
  * release/acquire of their own. */
+uintptr_t free_mark;
+
 uintptr_t fp_key_setup(void)
 {
-	uintptr_t key = READ_ONCE(fp_key), none = 0;
+	uintptr_t key = READ_ONCE(fp_key), none = 0, mark = 0;
 
 	if (likely(key))
 		return key;
+	/* the mark first: a thread that sees the key sees it too */
+	try_cmpxchg_acq_rel(&free_mark, &mark, (uintptr_t)os_random64() | 1);
 	key = (uintptr_t)os_random64();
 	if (!try_cmpxchg_acq_rel(&fp_key, &none, key))
 		key = none;

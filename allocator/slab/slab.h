@@ -115,6 +115,7 @@ struct uslab_cache {
 	 * the library for every allocation and free (cache layer, cache_setup) */
 	uint32_t inline_offset;
 	uint32_t cpu_offset;           /* byte offset of its cpu slab in a thread heap */
+	uintptr_t fp_key;              /* a copy of fp_key, for uslab.h's inline paths */
 	uint32_t fp_offset;            /* free pointer offset inside an object slot */
 	uint32_t chunk;                /* its bit in a heap's chunks_used (cache layer) */
 	uint32_t stride;               /* bytes per object slot */
@@ -191,6 +192,23 @@ static inline const char *cache_free_call(const struct uslab_cache *s)
 extern uintptr_t fp_key;
 uintptr_t fp_key_setup(void);
 
+/*
+ * The free mark: what a free malloc object keeps in its second word, from
+ * its free until its next allocation (which clears it), wherever it waits -
+ * a cpu freelist, an owner-local list, a message, a slab's freelist. A free
+ * that finds it is a double free (kmalloc.h). Random and odd, set with the
+ * key (so before any object exists), and not the key: a leaked mark tells
+ * nothing about links. A live block holds it only if the program put it
+ * there, 1 in 2^63 for data it did not copy from a freed block.
+ */
+extern uintptr_t free_mark;
+_Static_assert(USLAB_ADDR_BITS_ == REG_ADDR_BITS, "uslab.h's pop check covers every segment");
+
+static inline bool free_marked(const void *obj)
+{
+	return ((const uintptr_t *)obj)[1] == free_mark;
+}
+
 /* Where the fast paths read the key, with a plain load that folds into
  * their XOR: it is set by a constructor, before the program's threads
  * (fp_key_setup covers the calls that come earlier, from other libraries'
@@ -252,7 +270,7 @@ static inline void slab_clear_owner(struct slab *slab)
 }
 
 /* The owner's free into its frozen slab: no atomic. The caller has checked
- * that obj belongs there and is not the head (double free). */
+ * that obj belongs there and is not free already. */
 static inline void slab_local_push(struct slab *slab, void *obj, uint32_t fp_offset)
 {
 	uslab_fp_store_((char *)obj + fp_offset, slab->local_free, fp_key_get());

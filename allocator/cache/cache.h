@@ -63,14 +63,21 @@ MIRRORS(struct uslab_cache, fp_key, struct uslab_cache_fast_, fp_key);
  * has another owner, or at flush). The owner takes the inbox in its
  * allocation slow path and puts the objects on its own slabs' lists: only
  * the owner writes its objects, and the freeing thread touches none.
+ * A message holds at most MSG_BYTES of objects (and MSG_OBJS): a sender
+ * that frees big objects of a class now and then must not keep megabytes
+ * of them out of their owner's reach in a message that fills slowly - with
+ * threads far beyond the cores, those messages were most of the memory.
  */
-#define MSG_OBJS 59
+#define MSG_OBJS  59
+#define MSG_BYTES (16u << 10)
 struct remote_msg {
 	struct mailbox_node node;      /* first: in an inbox, a returns box or a pool */
 	struct uslab_cache *cache;
 	struct thread_heap *to;
 	struct thread_heap *from;      /* its sender's heap, which gets it back */
-	uint64_t count;
+	uint32_t count;
+	uint32_t fast_max;             /* the fast path adds below this count; the
+					  slow path adds the last object and sends */
 	void *obj[MSG_OBJS];
 };
 _Static_assert(sizeof(struct remote_msg) == 512, "a message is 8 cache lines");
@@ -181,7 +188,7 @@ static inline bool outbox_add(struct thread_heap *h, const struct uslab_cache *s
 {
 	struct remote_msg *m = *heap_outbox(h, s->id);
 
-	if (m && m->to == READ_ONCE(slab->owner) && m->count < MSG_OBJS - 1 &&
+	if (m && m->to == READ_ONCE(slab->owner) && m->count < m->fast_max &&
 	    m->obj[m->count - 1] != obj) {
 		m->obj[m->count++] = obj;
 		return true;

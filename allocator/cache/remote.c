@@ -186,6 +186,14 @@ void heap_messages_drop(struct thread_heap *h, struct uslab_cache *s)
 	msgs_free((struct remote_msg *)mailbox_take(heap_inbox(h, s->id)), NULL);
 }
 
+/* Objects a message of s's takes: MSG_BYTES of them, 1 to MSG_OBJS. */
+static unsigned msg_objects(const struct uslab_cache *s)
+{
+	unsigned n = MSG_BYTES / s->stride;
+
+	return n < 1 ? 1 : n > MSG_OBJS ? MSG_OBJS : n;
+}
+
 /* Free obj, of a slab heap `to` owns, by message (see above). */
 noinline void free_by_message(struct uslab_cache *s, struct slab *slab, void *obj,
 				     struct thread_heap *to)
@@ -218,10 +226,11 @@ noinline void free_by_message(struct uslab_cache *s, struct slab *slab, void *ob
 		m->to = to;
 		m->from = h;
 		m->count = 0;
+		m->fast_max = msg_objects(s) - 1;
 		*box = m;
 	}
 	m->obj[m->count++] = obj;
-	if (m->count == MSG_OBJS) {
+	if (m->count > m->fast_max) {
 		*box = NULL;
 		msg_send(h, m);
 	}

@@ -62,7 +62,8 @@ MIRRORS(struct uslab_cache, fp_key, struct uslab_cache_fast_, fp_key);
  * the heap's inbox for the cache when it is full (or when the next object
  * has another owner, or at flush). The owner takes the inbox in its
  * allocation slow path and puts the objects on its own slabs' lists: only
- * the owner writes its objects, and the freeing thread touches none.
+ * the owner writes their links (the freeing thread writes nothing of them
+ * but, for malloc's, the free mark in the second word: kmalloc.h).
  * A message holds at most MSG_BYTES of objects (and MSG_OBJS): a sender
  * that frees big objects of a class now and then must not keep megabytes
  * of them out of their owner's reach in a message that fills slowly - with

@@ -12,6 +12,7 @@
  *   stats_json_cache(j, "kmalloc-64", &c);       one cache's object
  *   long n = stats_obj_get(&c, "alloc_fast");    a number in it
  *   stats_cache_get("kmalloc-64", "slabs")       the same, from a dump made now
+ *   stats_account_sum(j)                         the account's parts, added up
  * A missing key reads as STATS_MISSING.
  */
 #ifndef USLAB_TEST_STATS_JSON_H
@@ -114,6 +115,31 @@ static inline long stats_cache_get(const char *name_json, const char *key)
 		v = stats_obj_get(&o, key);
 	free(json);
 	return v;
+}
+
+/* The parts of the account of committed memory (docs/stats.md, "Where the
+ * committed memory is"): together, total_committed_bytes. */
+static const char *const stats_account_parts[] = {
+	"objects_bytes", "slab_free_bytes", "large_bytes", "large_kept_bytes", "huge_bytes",
+	"huge_cached_bytes", "startup_arena_cut_bytes", "dirty_bytes", "segment_header_bytes",
+	"metadata_bytes",
+};
+
+/* The parts' sum; STATS_MISSING (and a line on stderr) if one is missing. */
+static inline long stats_account_sum(const char *json)
+{
+	long sum = 0;
+
+	for (size_t i = 0; i < sizeof(stats_account_parts) / sizeof(stats_account_parts[0]); i++) {
+		long v = stats_json_top(json, stats_account_parts[i]);
+
+		if (v == STATS_MISSING || v < 0) {
+			fprintf(stderr, "JSON: no account part %s\n", stats_account_parts[i]);
+			return STATS_MISSING;
+		}
+		sum += v;
+	}
+	return sum;
 }
 
 /* Sum of the counters by which objects are freed. */

@@ -5,9 +5,9 @@
  * A report is gathered (struct report: the caches' rows, sorted, and an
  * account of the committed memory from one walk of the segments), then
  * written through a small buffer with write(2) (or to a FILE). The report
- * at exit or from a call reads every cache's counters under the usual
- * locks; the one a signal asks for is written by the handler itself, from
- * what it can read without them (see "the signal" below).
+ * at exit or from a call takes the usual locks; the one a signal asks for
+ * is written by the handler itself, from what it can read without them
+ * (see "the signal" below).
  */
 #define _GNU_SOURCE
 #include "api.h"
@@ -128,10 +128,10 @@ struct row {
 
 struct report {
 	const char *origin;            /* "exit", "call", "signal" */
-	bool counters;                 /* the rows carry the counters (not the signal's) */
 	struct seg_account seg;
 	size_t objects_bytes;          /* slab slots counted in use: inuse x stride */
-	size_t huge_blocks, huge_bytes, huge_kept, arena_cut, arena_live, meta_mapped;
+	size_t huge_blocks, huge_bytes, huge_kept, arena_cut, arena_live;
+	size_t meta_mapped, meta_committed;   /* metadata outside segments */
 	size_t mapped;                 /* segments mapped + what the arena has cut */
 	size_t in_use;                 /* mallinfo2's uordblks */
 	bool arena_on;
@@ -141,7 +141,8 @@ struct report {
 
 static size_t report_total(const struct report *r)
 {
-	return r->seg.committed_bytes + r->huge_bytes + r->huge_kept + r->arena_cut;
+	return r->seg.committed_bytes + r->huge_bytes + r->huge_kept + r->arena_cut +
+	       r->meta_committed;
 }
 
 static bool row_before(const struct row *a, const struct row *b)
@@ -198,7 +199,16 @@ static void rows_add_blocks(struct report *r)
 	}
 }
 
-/* Everything outside the caches' rows: atomics and a walk. */
+/* The metadata outside segments: read before the report makes its own. */
+static void report_meta(struct report *r)
+{
+	r->meta_mapped = meta_mapped_bytes();
+	r->meta_committed = meta_committed_bytes();
+	if (r->meta_committed > r->meta_mapped)   /* read a moment apart */
+		r->meta_committed = r->meta_mapped;
+}
+
+/* Everything outside the caches' rows and the metadata: atomics and a walk. */
 static bool report_totals(struct report *r, void (*head_fn)(struct slab *, void *), bool try)
 {
 	r->objects_bytes = 0;
@@ -210,7 +220,6 @@ static bool report_totals(struct report *r, void (*head_fn)(struct slab *, void 
 	r->arena_cut = arena_cut_bytes();
 	r->arena_live = arena_live_bytes();
 	r->arena_on = READ_ONCE(kmalloc_arena_on);
-	r->meta_mapped = meta_mapped_bytes();
 	r->mapped = segment_mapped_bytes() + r->arena_cut;
 	return true;
 }
@@ -241,7 +250,7 @@ static bool report_gather(struct report *r, const char *origin)
 {
 	memset(r, 0, sizeof(*r));
 	r->origin = origin;
-	r->counters = true;
+	report_meta(r);   /* first: the report's rows and lists are not the program's */
 	r->cap = MAX_CACHES + 3;
 	r->rows = meta_alloc(r->cap * sizeof(*r->rows));
 	if (!r->rows)
@@ -249,8 +258,6 @@ static bool report_gather(struct report *r, const char *origin)
 	caches_for_each_report(cache_row, r);
 	r->in_use = uslab_mallinfo().uordblks;
 	report_totals(r, NULL, false);
-	/* the report's own rows are not the program's metadata */
-	r->meta_mapped -= round_up(r->cap * sizeof(*r->rows), os_page_size());
 	/* objects in use as the rows count them: the reporting thread's cached
 	 * objects are free, other threads' count as live (docs/stats.md) */
 	for (size_t i = 0; i < r->nrows; i++)
@@ -294,10 +301,12 @@ static void write_account(struct out *o, const struct report *r)
 	     "free units still committed, for reuse; decay returns them (USLAB_DECAY_MS)");
 	LINE("segment headers", a->header_bytes, "allocator metadata, 48 KiB in each of %zu "
 	     "segments", a->segments);
+	LINE("metadata", r->meta_committed, "%s",
+	     "thread heaps, caches, remote-free messages: pages touched, outside segments");
 #undef LINE
 	out_printf(o, "  (not committed: %s of segments never touched or already returned; %s of "
-		      "other metadata mapped, touched in part)\n",
-		   human(b, a->clean_bytes), human(extra, r->meta_mapped));
+		      "metadata mappings never touched)\n",
+		   human(b, a->clean_bytes), human(extra, r->meta_mapped - r->meta_committed));
 }
 
 /* One line of the table: counts below 0, and the counters when not
@@ -339,7 +348,7 @@ static void table_line(struct out *o, const struct line *l)
 
 static void write_rows(struct out *o, const struct report *r)
 {
-	struct line total = { .name = "total", .counted = r->counters };
+	struct line total = { .name = "total", .counted = true };
 
 	out_printf(o, TABLE_FMT, "name", "objsize", "live", "slots", "slabs", "memory", "in use",
 		   "free", "allocs", "frees", "remote");
@@ -355,7 +364,7 @@ static void write_rows(struct out *o, const struct report *r)
 			.slabs = cache ? (long)w->slabs : -1,
 			.memory = w->memory,
 			.used = w->used,
-			.counted = cache && r->counters,
+			.counted = cache,
 			.allocs = st[STAT_ALLOC_FAST] + st[STAT_ALLOC_SLOW],
 			.frees = st[STAT_FREE_FAST] + st[STAT_FREE_LOCAL] + st[STAT_FREE_REMOTE],
 			.remote = st[STAT_FREE_REMOTE] + st[STAT_FOREIGN_FLUSHED],
@@ -410,11 +419,11 @@ static void write_table(struct out *o, const struct report *r)
 {
 	out_printf(o, "uslab statistics (dwcas: %s), pid %d, %s%s\n", dwcas_path_name(),
 		   (int)getpid(), program_invocation_short_name,
-		   r->counters ? "" : " (live snapshot: occupancy, no counters)");
+		   strcmp(r->origin, "signal") ? "" : " (live snapshot)");
 	write_account(o, r);
 	write_rows(o, r);
 	out_printf(o, "%s", legend);
-	if (r->counters && option(OPT_STATS_VERBOSE))
+	if (option(OPT_STATS_VERBOSE))
 		write_counters(o, r);
 	out_flush(o);
 }
@@ -454,11 +463,9 @@ static void json_cache(struct out *o, const struct report *r, const struct row *
 		   n ? "," : "", json_escape(w->name, name, sizeof(name)), w->size,
 		   w->object_size, w->objects_per_slab, w->slab_bytes, w->slabs, w->partial_slabs,
 		   w->live, w->memory, w->used, w->memory > w->used ? w->memory - w->used : 0);
-	if (r->counters) {
 #define X(id, name, doc) out_printf(o, ", \"" name "\": %ld", w->stat[STAT_##id]);
-		USLAB_CACHE_STATS(X)
+	USLAB_CACHE_STATS(X)
 #undef X
-	}
 	out_printf(o, "}");
 }
 
@@ -482,12 +489,12 @@ static void write_json(struct out *o, const struct report *r)
 	out_printf(o, "  \"total_committed_bytes\": %zu,\n  \"objects_bytes\": %zu,\n"
 		      "  \"slab_free_bytes\": %zu,\n  \"large_bytes\": %zu,\n"
 		      "  \"large_kept_bytes\": %zu,\n  \"dirty_bytes\": %zu,\n"
-		      "  \"segment_header_bytes\": %zu,\n  \"unused_mapped_bytes\": %zu,\n"
-		      "  \"metadata_mapped_bytes\": %zu,\n",
+		      "  \"segment_header_bytes\": %zu,\n  \"metadata_bytes\": %zu,\n"
+		      "  \"unused_mapped_bytes\": %zu,\n  \"metadata_mapped_bytes\": %zu,\n",
 		   report_total(r), r->objects_bytes,
 		   a->slab_bytes > r->objects_bytes ? a->slab_bytes - r->objects_bytes : 0,
-		   a->large_bytes, a->kept_bytes, a->dirty_bytes, a->header_bytes, a->clean_bytes,
-		   r->meta_mapped);
+		   a->large_bytes, a->kept_bytes, a->dirty_bytes, a->header_bytes,
+		   r->meta_committed, a->clean_bytes, r->meta_mapped);
 	out_printf(o, "  \"caches\": [");
 	for (size_t i = 0; i < r->nrows; i++)
 		if (r->rows[i].kind == ROW_CACHE)
@@ -621,15 +628,20 @@ static void stats_dump(const char *origin, bool table_too)
  *    try: seg_lock is tried for about 20 ms, never waited on) - each slab's
  *    word gives its objects in use, its cache (alive while its slab is,
  *    and the slab while seg_lock is held) its name and geometry;
+ *  - a cache's counters are summed when its first slab is seen, from the
+ *    cache's atomics and every heap's row (cache_report_counters: the heap
+ *    list is walked without heaps_lock, each row read with single loads);
+ *    malloc's static caches, which live for good, get a row for their
+ *    counters even when they have no slab left, as in the other reports;
  *  - the totals are atomics and single words (huge blocks, kept ranges,
- *    the arena, metadata);
+ *    the arena), and the metadata's pages (meta_committed_bytes);
  *  - the rows are gathered in a static table (zero pages until first
  *    used), formatted with snprintf's integer and string conversions only
  *    (no floating point, no positional arguments: glibc then takes no lock
  *    and allocates nothing) and written with open/write/rename.
- * The per-cache counters (allocations, frees) live in every thread's heap
- * and are summed under heaps_lock, so the snapshot leaves them out; the
- * report at exit, uslab_stats_print and uslab_stats_json have them. When
+ * What threads have not folded into their rows yet (allocations since their
+ * last refill, and the reporting thread's too: the handler may have
+ * interrupted it mid-fold) is missing; docs/stats.md says how much. When
  * seg_lock stays busy (a thread is inside the allocator, perhaps the one
  * interrupted), the handler leaves the snapshot to the next slow path of
  * any thread (deferred work; one is near, since a thread is in the
@@ -642,8 +654,34 @@ static uint16_t snap_index[MAX_CACHES];   /* cache id -> 1 + its row, 0: none ye
 _Static_assert(MAX_CACHES + 3 <= UINT16_MAX, "a row's number fits snap_index");
 static int snap_busy;
 
+/* A row in the snapshot for s, from c (geometry and counters, no slab yet);
+ * NULL when the table is full. */
+static struct row *snap_row_add(struct report *r, const struct uslab_cache *s,
+				const struct cache_report *c)
+{
+	size_t n = r->nrows;
+
+	cache_row(c, r);
+	if (r->nrows == n)
+		return NULL;
+	snap_index[s->id] = (uint16_t)r->nrows;
+	r->rows[n].id = s->id;
+	return &r->rows[n];
+}
+
+/* s's row in the snapshot, made the first time s is seen. */
+static struct row *snap_row(struct report *r, const struct uslab_cache *s)
+{
+	struct cache_report c;
+
+	if (snap_index[s->id])
+		return &r->rows[snap_index[s->id] - 1];
+	cache_report_counters(s, &c);
+	return snap_row_add(r, s, &c);
+}
+
 /* Slab heads during the signal's walk: each cache's row, made when its
- * first slab is seen. */
+ * first slab is seen (s is alive while the slab is, under seg_lock). */
 static void snap_head(struct slab *head, void *arg)
 {
 	struct report *r = arg;
@@ -652,22 +690,10 @@ static void snap_head(struct slab *head, void *arg)
 	if (READ_ONCE(head->kind) != SLAB_KIND_SLAB || !s || s->id >= MAX_CACHES)
 		return;
 	size_t inuse = ctr_inuse(dwcas_read(&head->xword).hi);
-	struct row *w;
+	struct row *w = snap_row(r, s);
 
-	if (snap_index[s->id]) {
-		w = &r->rows[snap_index[s->id] - 1];
-	} else {
-		if (!(w = row_add(r, s->name, ROW_CACHE)))
-			return;
-		snap_index[s->id] = (uint16_t)r->nrows;
-		w->id = s->id;
-		w->size = s->size;
-		w->object_size = s->stride;
-		w->objects_per_slab = s->objects;
-		w->slab_bytes = (size_t)s->units << UNIT_SHIFT;
-		w->partial_slabs = READ_ONCE(s->nr_partial);
-		r->ncaches++;
-	}
+	if (!w)
+		return;
 	r->objects_bytes += inuse * s->stride;
 	w->slabs++;
 	w->live += (long)inuse;
@@ -683,8 +709,24 @@ static void stats_snapshot(bool try)
 	const char *path;
 	struct report r = { .origin = "signal", .rows = snap_rows, .cap = MAX_CACHES + 3 };
 	struct out o = { .fd = stats_fd };
-	bool walked = report_totals(&r, snap_head, try);
+	bool walked;
 
+	report_meta(&r);
+	walked = report_totals(&r, snap_head, try);
+
+	/* malloc's caches that served allocations and have no slab now: they
+	 * live for good, so their counters may be read after the walk too */
+	uint64_t ready = smp_load_acquire(&kmalloc_statics.ready);   /* pairs with their setup's release */
+	for (unsigned k = 0; walked && k < NR_CLASSES; k++) {
+		const struct uslab_cache *s = &kmalloc_store[k];
+		struct cache_report c;
+
+		if (!(ready >> k & 1) || snap_index[s->id])
+			continue;
+		cache_report_counters(s, &c);
+		if (c.stat[STAT_ALLOC_FAST] + c.stat[STAT_ALLOC_SLOW] > 0)
+			snap_row_add(&r, s, &c);
+	}
 	for (size_t i = 0; i < r.nrows; i++)   /* the index is clear for the next one */
 		snap_index[snap_rows[i].id] = 0;
 	if (!walked) {

@@ -217,6 +217,10 @@ struct cache_report {
 	long stat[NR_CACHE_STATS];
 };
 void caches_for_each_report(void (*fn)(const struct cache_report *, void *), void *arg);
+/* s's geometry and counters (summed over every thread), without its slabs
+ * and without a lock: a signal handler may ask, s alive meanwhile. What
+ * threads have not folded yet is missing (docs/stats.md). */
+void cache_report_counters(const struct uslab_cache *s, struct cache_report *r);
 void caches_lock_all(void);                            /* fork: registry, heaps, lists */
 void caches_unlock_all(bool child);
 

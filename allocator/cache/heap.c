@@ -16,7 +16,7 @@
 #include <pthread.h>
 
 mutex_t heaps_lock = MUTEX_INIT;
-struct thread_heap *heaps;
+struct thread_heap *heaps;   /* local.h: pushed under heaps_lock, read also without */
 static pthread_key_t heap_key;
 static pthread_once_t heap_key_once = PTHREAD_ONCE_INIT;
 
@@ -50,7 +50,9 @@ static struct thread_heap *heap_get(void)
 		}
 		h->chunks_used = 1;   /* the static caches' */
 		h->next = heaps;
-		heaps = h;
+		/* release: h whole, next included, before it is on the list;
+		 * pairs with the acquire of heaps_for_each_lockless (walk.c) */
+		smp_store_release(&heaps, h);
 	}
 	if (h->exited)   /* a recycled heap: messages may come again */
 		heap_inboxes_open(h);

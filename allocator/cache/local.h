@@ -16,7 +16,13 @@
 
 #pragma GCC visibility push(hidden)
 
-/* heap.c: every heap ever made (heaps live for good), under heaps_lock */
+/*
+ * heap.c: every heap ever made. Heaps live for good and are only ever
+ * pushed onto the list's head, under heaps_lock, with a release store after
+ * the heap is whole: a reader that loads the head with acquire may walk the
+ * list without the lock (a statistics signal does), since no next pointer
+ * changes once published and no heap goes away.
+ */
 extern mutex_t heaps_lock;
 extern struct thread_heap *heaps;
 void heaps_lock_each(void);                  /* heaps_lock held: every heap's lock */

@@ -264,6 +264,38 @@ USLAB_API long uslab_cache_validate(struct uslab_cache *s)
 /* ---- statistics: one cache's numbers, for the report (api/stats.c) --------------- */
 
 /*
+ * s's counters as every thread has counted them: the shared atomics (threads
+ * without a heap) plus each heap's row. No lock: rows are written only by
+ * their thread, with single stores (stat_add), so a read sees each counter
+ * whole, if a moment old; and the heap list may be walked without
+ * heaps_lock (local.h). A signal handler may call it; s must stay alive
+ * meanwhile (a reference, or one of its slabs under seg_lock).
+ */
+static void cache_counters_read(const struct uslab_cache *s, long stat[NR_CACHE_STATS])
+{
+	for (int i = 0; i < NR_CACHE_STATS; i++)
+		stat[i] = atomic_long_read(&s->stat[i]);
+	/* acquire: pairs with heap_get's release, so each heap is whole */
+	for (struct thread_heap *h = smp_load_acquire(&heaps); h; h = h->next)
+		for (int i = 0; i < NR_CACHE_STATS; i++)
+			stat[i] += READ_ONCE(heap_stat(h, s)[i]);
+}
+
+/* s's geometry and counters, without its slabs (slabs and live_objects 0):
+ * no lock, nothing changed, so a signal handler may ask (cache.h). */
+void cache_report_counters(const struct uslab_cache *s, struct cache_report *r)
+{
+	memset(r, 0, sizeof(*r));
+	r->name = s->name;
+	r->size = s->size;
+	r->object_size = s->stride;
+	r->objects_per_slab = s->objects;
+	r->slab_bytes = (size_t)s->units << UNIT_SHIFT;
+	r->partial_slabs = READ_ONCE(s->nr_partial);
+	cache_counters_read(s, r->stat);
+}
+
+/*
  * Counters plus what the calling thread has not folded in yet. Other live
  * threads fold theirs at their next refill, flush or exit (their private
  * lists and owner-local frees count as live until then, as SLUB counts
@@ -272,20 +304,7 @@ USLAB_API long uslab_cache_validate(struct uslab_cache *s)
 static void cache_report(struct uslab_cache *s, struct cache_report *r)
 {
 	own_inbox_drain(s);   /* first: it moves counts between statistics */
-	memset(r, 0, sizeof(*r));
-	r->name = s->name;
-	r->size = s->size;
-	r->object_size = s->stride;
-	r->objects_per_slab = s->objects;
-	r->slab_bytes = (size_t)s->units << UNIT_SHIFT;
-	r->partial_slabs = READ_ONCE(s->nr_partial);
-	for (int i = 0; i < NR_CACHE_STATS; i++)
-		r->stat[i] = atomic_long_read(&s->stat[i]);
-	lock_ranked(&heaps_lock, RANK_HEAPS);
-	for (struct thread_heap *h = heaps; h; h = h->next)
-		for (int i = 0; i < NR_CACHE_STATS; i++)
-			r->stat[i] += READ_ONCE(heap_stat(h, s)[i]);
-	unlock_ranked(&heaps_lock, RANK_HEAPS);
+	cache_report_counters(s, r);
 	struct live_walk w = cache_walk_live(s);
 	r->slabs = w.slabs;
 	r->live_objects = w.live;

@@ -36,7 +36,17 @@ unsigned next_bit(const uint64_t *map, unsigned i, bool want);
 void units_take(struct segment *seg, unsigned first, unsigned n, bool *zeroed);
 void units_give(struct segment *seg, unsigned first, unsigned n, bool dirty);
 void purge_fork_child(void);       /* decay.c: a purge the fork left half done */
-extern atomic_long_t meta_mapped;  /* meta.c: bytes it has mapped (account.c reads) */
+/* meta.c, for the report (account.c reads them): bytes it has mapped, the
+ * pages of its blocks handed out, and a record of each mapping of its own
+ * (len 0: free; list and records are only added to, see meta.c) */
+extern atomic_long_t meta_mapped;
+extern atomic_long_t meta_touched;
+struct meta_map {
+	void *addr;
+	size_t len;
+	struct meta_map *next;
+};
+extern struct meta_map *meta_maps;
 
 #pragma GCC visibility pop
 

@@ -306,6 +306,8 @@ struct seg_account {
 bool segment_account(struct seg_account *a, void (*head_fn)(struct slab *head, void *arg),
 		     void *arg, bool try);
 size_t meta_mapped_bytes(void);                      /* metadata mappings (meta.c) */
+/* of those, the pages touched: async-signal-safe, takes no lock */
+size_t meta_committed_bytes(void);
 
 #pragma GCC visibility pop
 

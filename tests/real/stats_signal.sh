@@ -68,12 +68,24 @@ assert d["pid"] == int(sys.argv[2]), d["pid"]
 assert d["large_blocks"] >= 100, d["large_blocks"]
 assert d["large_bytes"] >= 100 * 100000, d["large_bytes"]
 parts = ("objects_bytes", "slab_free_bytes", "large_bytes", "large_kept_bytes", "huge_bytes",
-         "huge_cached_bytes", "startup_arena_cut_bytes", "dirty_bytes", "segment_header_bytes")
+         "huge_cached_bytes", "startup_arena_cut_bytes", "dirty_bytes", "segment_header_bytes",
+         "metadata_bytes")
 assert sum(d[k] for k in parts) == d["total_committed_bytes"], "the account does not add up"
+assert 0 < d["metadata_bytes"] <= d["metadata_mapped_bytes"], "metadata"
 live = sum(c["live_objects"] for c in d["caches"])
 assert live >= 50000, live
-assert all("alloc_fast" not in c for c in d["caches"]), "counters in a snapshot"
-print("%d large blocks, %d live objects in %d caches" % (d["large_blocks"], live, len(d["caches"])))
+# the counters, as the thread last folded them: the 50000 strings and the
+# 100 bytearrays' headers at least were allocated, and not all freed
+counters = ("alloc_fast", "alloc_slow", "free_fast", "free_local", "free_remote", "new_slab")
+missing = [c["name"] for c in d["caches"] if any(k not in c for k in counters)]
+assert not missing, "caches without counters: %s" % missing
+allocs = sum(c["alloc_fast"] + c["alloc_slow"] for c in d["caches"])
+frees = sum(c["free_fast"] + c["free_local"] + c["free_remote"] for c in d["caches"])
+assert allocs >= 50100, allocs
+assert allocs - frees >= 50000, (allocs, frees)
+assert all(c["new_slab"] >= c["slabs"] for c in d["caches"]), "fewer slabs made than held"
+print("%d large blocks, %d live objects in %d caches, %d allocations, %d frees" % (
+    d["large_blocks"], live, len(d["caches"]), allocs, frees))
 PY
 	); then
 		real_ok "the snapshot: $msg, the account adds up"
@@ -125,8 +137,10 @@ if start_idle 60 USLAB_STATS_SIGNAL=USR2; then
 		sleep 0.01
 	done
 	if grep -qE '^uslab statistics \(dwcas: [^)]+\), pid [0-9]+, .*\(live snapshot' "$tmp/idle.err" &&
-		grep -qE '^large blocks +- +1[0-9][0-9] ' "$tmp/idle.err" && grep -q '^total ' "$tmp/idle.err"; then
-		real_ok "without USLAB_STATS_FILE: the snapshot table on the idle process's stderr within a second"
+		grep -qE '^large blocks +- +1[0-9][0-9] ' "$tmp/idle.err" && grep -q '^total ' "$tmp/idle.err" &&
+		grep -qE '^kmalloc-[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9.]+ [KMG]?i?B +[0-9.]+ [KMG]?i?B +[0-9.]+% +[0-9]+ +[0-9]+ +[0-9.]+%$' "$tmp/idle.err" &&
+		grep -qE '^  metadata +[0-9.]+ [KMG]?i?B ' "$tmp/idle.err"; then
+		real_ok "without USLAB_STATS_FILE: the snapshot table, with counters and metadata, on the idle process's stderr within a second"
 	else
 		real_bad "without USLAB_STATS_FILE: no table on stderr within a second"
 		real_show "$tmp/idle.err" stderr

@@ -42,7 +42,7 @@ check_table() {
 		real_bad "$what: no summary line"; real_show "$f" output; return
 	fi
 	if ! grep -qE "^  memory committed +$SIZE +100% " "$f" ||
-		[ "$(grep -cE "^  (objects in use|free in slabs|large blocks|large, kept|huge blocks|huge, kept|start-up arena|free, not returned|segment headers) +$SIZE " "$f")" != 9 ]; then
+		[ "$(grep -cE "^  (objects in use|free in slabs|large blocks|large, kept|huge blocks|huge, kept|start-up arena|free, not returned|segment headers|metadata) +$SIZE " "$f")" != 10 ]; then
 		real_bad "$what: no account of the committed memory"; real_show "$f" output; return
 	fi
 	if ! grep -qE "$HEADER_RE" "$f"; then

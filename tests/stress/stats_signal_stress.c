@@ -16,13 +16,15 @@
  * each time (it is renamed into place), from the handler or - when the
  * segment lock stayed busy - from the next slow path. At the end: every
  * kmalloc cache and the uslab cache validate, and the snapshot of an idle
- * process (all workers joined) counts exactly the objects left live.
+ * process (all workers joined, every thread's counts folded) counts exactly
+ * the objects left live, and its counters the cache's allocations and frees.
  * USLAB_STRESS_SECONDS sets the run time (default 2).
  */
 #define _GNU_SOURCE
 #include "test.h"
 #include "kmalloc_check.h"
-#include "options.h"
+#include "stats_json.h"
+#include "stats_signal.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -46,6 +48,7 @@ static struct post_box box[THREADS];
 static pthread_t tid[THREADS];
 static atomic_int stop;
 static atomic_long damaged;
+static atomic_long cache_allocs, cache_frees;   /* of the uslab cache, by every thread */
 
 static size_t pick_size(uint64_t *rng)
 {
@@ -68,10 +71,12 @@ static void release(void *p, size_t n)
 		fprintf(stderr, "block %p of %zu bytes damaged\n", p, len);
 		atomic_fetch_add(&damaged, 1);
 	}
-	if (n)
+	if (n) {
 		uslab_free(p);
-	else
+	} else {
 		uslab_cache_free(cache, p);
+		atomic_fetch_add_explicit(&cache_frees, 1, memory_order_relaxed);
+	}
 }
 
 static void post(int to, void *p, size_t n)
@@ -131,6 +136,8 @@ static void *worker(void *arg)
 			continue;
 		}
 		size_t len = n ? n : uslab_cache_object_size(cache);
+		if (!n)
+			atomic_fetch_add_explicit(&cache_allocs, 1, memory_order_relaxed);
 		test_fill(p, len < 256 ? len : 256);
 		keep[i] = p;
 		size[i] = n;
@@ -177,18 +184,14 @@ static uint64_t version_of(const char *path)
 
 int main(void)
 {
-	char dir[] = "/tmp/uslab-signal-stress-XXXXXX", path[128], opt[160];
+	struct stats_signal sig;
+	const char *path = sig.path;
 	double seconds = test_stress_seconds(2);
 	uint64_t rng = 12345;
 	long bursts = 0, answered = 0;
 
 	alarm((unsigned)(60 + seconds * 4));   /* a deadlock fails the test */
-	REQUIRE(mkdtemp(dir));
-	snprintf(path, sizeof(path), "%s/stats.json", dir);
-	snprintf(opt, sizeof(opt), "USLAB_STATS_FILE=%s", path);
-	options_parse_entry("USLAB_STATS_SIGNAL=USR2");
-	options_parse_entry(opt);
-	stats_init();
+	stats_signal_setup(&sig, "uslab-signal-stress");
 	cache = uslab_cache_create("signal-stress", 136, 0, 0, NULL);
 	REQUIRE(cache);
 	for (int i = 0; i < THREADS; i++)   /* all first: a worker posts to the next */
@@ -239,11 +242,12 @@ int main(void)
 	CHECK(version_of(path) != before);   /* written by the handler, before raise returned */
 	char *text = test_read_file(path);
 	REQUIRE(text);
-	const char *row = strstr(text, "{\"name\": \"signal-stress\",");
-	CHECK(row != NULL);
-	if (row) {
-		const char *l = strstr(row, "\"live_objects\": ");
-		CHECK(l && strtol(l + 16, NULL, 10) == 300);
+	struct stats_obj row = { 0 };
+	CHECK(stats_json_cache(text, "signal-stress", &row));
+	if (row.begin) {
+		CHECK_EQ(stats_obj_get(&row, "live_objects"), 300);
+		CHECK_EQ(stats_obj_allocs(&row), atomic_load(&cache_allocs) + 300);
+		CHECK_EQ(stats_obj_frees(&row), atomic_load(&cache_frees));
 	}
 	CHECK(strstr(text, "\"report\": \"signal\"") != NULL);
 	free(text);
@@ -251,9 +255,6 @@ int main(void)
 		uslab_cache_free(cache, live[i]);
 	CHECK_EQ(uslab_cache_destroy(cache), 0);
 	printf("%ld bursts of 20 signals, each answered; %.1f s\n", bursts, seconds);
-	WRITE_ONCE(deferred_pending, 0);   /* no report after the directory has gone, */
-	options_reset();                   /* nor at exit */
-	unlink(path);
-	rmdir(dir);
+	stats_signal_teardown(&sig);
 	return test_done("stats_signal_stress");
 }

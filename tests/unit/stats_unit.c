@@ -450,25 +450,18 @@ static void test_blocks_and_account(void)
 	CHECK_EQ(stats_json_top(json, "large_blocks"), 100);
 	long large = stats_json_top(json, "large_bytes");
 	CHECK(large >= 100 * 100000L && large <= 100 * 131072L);
-	static const char *const parts[] = { "objects_bytes", "slab_free_bytes", "large_bytes",
-		"large_kept_bytes", "huge_bytes", "huge_cached_bytes", "startup_arena_cut_bytes",
-		"dirty_bytes", "segment_header_bytes" };
-	long sum = 0;
-	for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) {
-		long v = stats_json_top(json, parts[i]);
-		if (v == STATS_MISSING || v < 0) {
-			fprintf(stderr, "JSON: no account part %s\n", parts[i]);
-			test_failures++;
-			continue;
-		}
-		sum += v;
-	}
+	long sum = stats_account_sum(json);
 	long committed = stats_json_top(json, "committed_bytes");
 	CHECK_EQ(sum, stats_json_top(json, "total_committed_bytes"));
-	/* the segments' share: everything but huge blocks, kept huge ranges, arena */
+	/* the segments' share: everything but huge blocks, kept huge ranges, the
+	 * arena and the metadata outside segments */
 	CHECK_EQ(committed, sum - stats_json_top(json, "huge_bytes") -
 				    stats_json_top(json, "huge_cached_bytes") -
-				    stats_json_top(json, "startup_arena_cut_bytes"));
+				    stats_json_top(json, "startup_arena_cut_bytes") -
+				    stats_json_top(json, "metadata_bytes"));
+	/* this thread's heap, at least, and never more than is mapped */
+	CHECK(stats_json_top(json, "metadata_bytes") > 0);
+	CHECK(stats_json_top(json, "metadata_bytes") <= stats_json_top(json, "metadata_mapped_bytes"));
 	CHECK_EQ(stats_json_top(json, "committed_bytes") + stats_json_top(json, "unused_mapped_bytes"),
 		 stats_json_top(json, "segments") * (4L << 20));
 
@@ -483,7 +476,7 @@ static void test_blocks_and_account(void)
 	/* the account's lines, each with its size and share */
 	static const char *const lines[] = { "memory committed", "objects in use", "free in slabs",
 		"large blocks", "large, kept", "huge blocks", "huge, kept", "start-up arena",
-		"free, not returned", "segment headers" };
+		"free, not returned", "segment headers", "metadata" };
 	for (size_t i = 0; i < sizeof(lines) / sizeof(lines[0]); i++) {
 		char pat[64];
 		snprintf(pat, sizeof(pat), "\n  %s ", lines[i]);

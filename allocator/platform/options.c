@@ -54,11 +54,11 @@ static uint8_t option_source[OPT_COUNT];
 
 /* What each type of value must look like, for the warning. */
 static const char *const expected[] = {
-	[BOOL] = "0 or 1 (also no/yes, off/on, false/true)",
+	[BOOL] = "0 or 1 (also no/yes, off/on, false/true, in any case)",
 	[INT] = "a whole number from 0 to 2147483647",
 	[SIZE] = "a byte count, optionally with k, m or g",
 	[STR] = "a non-empty string",
-	[SIGNAL] = "a signal such as USR2, SIGUSR2 or its number",
+	[SIGNAL] = "USR1, USR2, HUP, PROF, WINCH, URG, or the number of one or of a real-time signal",
 };
 
 #define WARNED_ENV "USLAB_WARNED="
@@ -137,12 +137,21 @@ static bool parse_long(const char *s, long *out, bool suffixes)
 	return true;
 }
 
+/*
+ * Only signals a program can give up to the report: those that by default
+ * end or ignore the process and mean nothing to the kernel's fault
+ * handling, by name or number, and the real-time ones by number. A fault
+ * signal (SEGV, BUS, ...) taken over would turn a crash into a report and
+ * a retried fault, forever; KILL and STOP cannot be caught at all.
+ */
 static bool parse_signal(const char *s, long *out)
 {
 	static const struct { const char *name; int sig; } sigs[] = {
 		{ "USR1", SIGUSR1 }, { "USR2", SIGUSR2 }, { "HUP", SIGHUP },
 		{ "PROF", SIGPROF }, { "WINCH", SIGWINCH }, { "URG", SIGURG },
 	};
+	bool named = false;
+	long n;
 
 	if (strncmp(s, "SIG", 3) == 0)
 		s += 3;
@@ -152,17 +161,25 @@ static bool parse_signal(const char *s, long *out)
 			return true;
 		}
 	}
-	return parse_long(s, out, false) && *out > 0 && *out < NSIG;
+	if (!parse_long(s, &n, false))
+		return false;
+	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
+		named |= n == sigs[i].sig;
+	if (!named && (n < SIGRTMIN || n > SIGRTMAX))
+		return false;
+	*out = n;
+	return true;
 }
 
 static bool parse_value(enum opt_type type, const char *s, long *out)
 {
 	switch (type) {
 	case BOOL:
-		if (!strcmp(s, "1") || !strcmp(s, "yes") || !strcmp(s, "on") || !strcmp(s, "true"))
+		if (!strcmp(s, "1") || !strcasecmp(s, "yes") || !strcasecmp(s, "on") ||
+		    !strcasecmp(s, "true"))
 			*out = 1;
-		else if (!strcmp(s, "0") || !strcmp(s, "no") || !strcmp(s, "off") ||
-			 !strcmp(s, "false"))
+		else if (!strcmp(s, "0") || !strcasecmp(s, "no") || !strcasecmp(s, "off") ||
+			 !strcasecmp(s, "false"))
 			*out = 0;
 		else
 			return false;

@@ -11,11 +11,12 @@
  * options_set (uslab_ctl) gets a name and a number from the input, and
  * must accept exactly the live options with a value in range.
  *
- * The model: BOOL is one of 0 1 no yes off on false true; INT is decimal
- * digits, nothing else, at most INT_MAX; SIZE is digits with at most one
- * k/m/g (either case) after them, and no more than LONG_MAX bytes; SIGNAL
- * is USR1 USR2 HUP PROF WINCH URG, with or without SIG, or a number from 1
- * to NSIG - 1; STR is any non-empty string.
+ * The model: BOOL is one of 0 1 no yes off on false true, the words in any
+ * case; INT is decimal digits, nothing else, at most INT_MAX; SIZE is digits
+ * with at most one k/m/g (either case) after them, and no more than
+ * LONG_MAX bytes; SIGNAL is USR1 USR2 HUP PROF WINCH URG, with or without
+ * SIG, or the number of one of them or of a real-time signal (SIGRTMIN ..
+ * SIGRTMAX); STR is any non-empty string.
  */
 #define _GNU_SOURCE
 #include "fuzz.h"
@@ -75,9 +76,9 @@ static bool model_value(enum type type, const char *s, long *out)
 	switch (type) {
 	case BOOL:
 		for (int i = 0; i < 4; i++) {
-			if (!strcmp(s, yes[i]))
+			if (!strcasecmp(s, yes[i]))
 				return *out = 1, true;
-			if (!strcmp(s, no[i]))
+			if (!strcasecmp(s, no[i]))
 				return *out = 0, true;
 		}
 		return false;
@@ -105,7 +106,12 @@ static bool model_value(enum type type, const char *s, long *out)
 		for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
 			if (!strcmp(name, sigs[i].name))
 				return *out = sigs[i].sig, true;
-		if (!model_digits(name, strlen(name), NSIG - 1, &v) || v == 0)
+		if (!model_digits(name, strlen(name), NSIG - 1, &v))
+			return false;
+		for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
+			if (v == (unsigned long long)sigs[i].sig)
+				return *out = (long)v, true;
+		if (v < (unsigned long long)SIGRTMIN || v > (unsigned long long)SIGRTMAX)
 			return false;
 		return *out = (long)v, true;
 	}

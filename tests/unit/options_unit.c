@@ -108,11 +108,11 @@ static void expect_good(const char *entry, enum option_id id, long want)
 static void test_good_values(void)
 {
 	/* BOOL: both defaults exist (STATS 0, DWCAS 1), so each spelling moves a value */
-	static const char *const yes[] = { "1", "yes", "on", "true" };
-	static const char *const no[] = { "0", "no", "off", "false" };
+	static const char *const yes[] = { "1", "yes", "on", "true", "TRUE", "Yes", "ON" };
+	static const char *const no[] = { "0", "no", "off", "false", "FALSE", "No", "Off" };
 	char entry[128];
 
-	for (size_t i = 0; i < 4; i++) {
+	for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
 		snprintf(entry, sizeof(entry), "USLAB_STATS=%s", yes[i]);
 		expect_good(entry, OPT_STATS, 1);
 		snprintf(entry, sizeof(entry), "USLAB_DWCAS=%s", no[i]);
@@ -250,6 +250,18 @@ static void test_bad_values(void)
 	expect_bad("USLAB_STATS_SIGNAL=100000");
 	expect_bad("USLAB_STATS_SIGNAL=99999999999999999999999");
 	expect_bad("USLAB_STATS_SIGNAL=USR2x");
+	/* signals the program cannot give up: faults, KILL, STOP, INT, by name
+	 * or number (a SEGV taken over turned a crash into an endless loop) */
+	expect_bad("USLAB_STATS_SIGNAL=SEGV");
+	expect_bad("USLAB_STATS_SIGNAL=KILL");
+	static const int unsafe[] = { SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGKILL, SIGSTOP, SIGINT,
+				      SIGTERM, SIGABRT, SIGCHLD, SIGPIPE, SIGALRM };
+	for (size_t i = 0; i < sizeof(unsafe) / sizeof(unsafe[0]); i++) {
+		char entry[64];
+
+		snprintf(entry, sizeof(entry), "USLAB_STATS_SIGNAL=%d", unsafe[i]);
+		expect_bad(entry);
+	}
 }
 
 /* ---- unknown names, tool variables ---------------------------------------------------------- */

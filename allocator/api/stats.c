@@ -19,6 +19,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 struct out {
@@ -473,12 +474,16 @@ static void write_json(struct out *o, const struct report *r)
 {
 	const struct seg_account *a = &r->seg;
 	char prog[6 * 32 + 1];
+	struct timespec now;   /* clock_gettime is async-signal-safe */
 	int n = 0;
 
+	clock_gettime(CLOCK_REALTIME, &now);
 	out_printf(o, "{\n  \"uslab_version\": \"%d.%d\",\n  \"dwcas\": \"%s\",\n"
-		      "  \"pid\": %d,\n  \"program\": \"%s\",\n  \"report\": \"%s\",\n",
+		      "  \"pid\": %d,\n  \"program\": \"%s\",\n  \"report\": \"%s\",\n"
+		      "  \"time_ms\": %lld,\n",
 		   USLAB_VERSION_MAJOR, USLAB_VERSION_MINOR, dwcas_path_name(), (int)getpid(),
-		   json_escape(program_invocation_short_name, prog, sizeof(prog)), r->origin);
+		   json_escape(program_invocation_short_name, prog, sizeof(prog)), r->origin,
+		   (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000);
 	out_printf(o, "  \"mapped_bytes\": %zu,\n  \"committed_bytes\": %zu,\n"
 		      "  \"in_use_bytes\": %zu,\n  \"huge_blocks\": %zu,\n  \"huge_bytes\": %zu,\n"
 		      "  \"huge_cached_bytes\": %zu,\n"

@@ -105,9 +105,10 @@ PY
 		real_show "$tmp/pid.out" stdout
 		real_show "$tmp/pid.err" stderr
 	fi
-	if TOOL --pid "$REAL_BG" --watch 0.2 --count 3 -n 5 >"$tmp/watch.out" 2>"$tmp/watch.err" &&
-		[ "$(grep -c "^uslab .*, pid $REAL_BG, " "$tmp/watch.out")" = 3 ]; then
-		real_ok "uslabinfo --watch 0.2 --count 3: three reports"
+	if TOOL --pid "$REAL_BG" --watch 0.2 --count 3 -n 5 --plot "$tmp/watch.svg" >"$tmp/watch.out" \
+		2>"$tmp/watch.err" && [ "$(grep -c "^uslab .*, pid $REAL_BG, " "$tmp/watch.out")" = 3 ] &&
+		grep -q "seconds, 3 reports of pid $REAL_BG<" "$tmp/watch.svg"; then
+		real_ok "uslabinfo --watch 0.2 --count 3 --plot: three reports, drawn over time"
 	else
 		real_bad "uslabinfo --watch 0.2 --count 3: not three reports"
 		real_show "$tmp/watch.err" stderr

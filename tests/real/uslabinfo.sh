@@ -4,8 +4,9 @@
 # `uslabinfo -- CMD` (python3). Checks the summary line, the account of the
 # committed memory, the table's header, kmalloc rows, the start-up arena's
 # row and the totals line, each --sort order, --plot (a well-formed, non-empty
-# SVG naming the caches), and the errors for a missing, non-JSON and
-# non-uslab file. (--pid and --watch: stats_signal.sh.)
+# SVG naming the caches), several dumps (a table each, in the order they were
+# written; --plot draws the committed memory over time), and the errors for a
+# missing, non-JSON and non-uslab file. (--pid and --watch: stats_signal.sh.)
 set -euo pipefail
 source "$(dirname "$0")/common.bash"
 unset USLAB_STATS USLAB_STATS_FILE USLAB_STATS_SIGNAL
@@ -118,6 +119,38 @@ else
 	real_bad "--plot did not write a well-formed, non-empty SVG"
 	real_show "$tmp/p.err" stderr
 fi
+
+# ---- several dumps: in the order written, and --plot over time --------------------------------------
+for d in doc man; do   # written after ls.json, in this order
+	env LD_PRELOAD="$USLAB_LIB" USLAB_STATS_FILE="$tmp/$d.json" ls -R /usr/share/$d >/dev/null 2>&1 || true
+	[ -s "$tmp/$d.json" ] || real_die "ls -R /usr/share/$d under the preload wrote no dump"
+done
+pids=$("$PY" -c 'import json, sys; print(" ".join(str(json.load(open(f))["pid"]) for f in sys.argv[1:]))' \
+	"$dump" "$tmp/doc.json" "$tmp/man.json")
+svg=$tmp/time.svg
+if TOOL --plot "$svg" "$tmp/man.json" "$dump" "$tmp/doc.json" >"$tmp/m.out" 2>"$tmp/m.err" &&
+	[ "$(sed -nE 's/^uslab .*, pid ([0-9]+), .*/\1/p' "$tmp/m.out" | paste -sd' ')" = "$pids" ] &&
+	"$PY" -c '
+import sys, xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+polygons = [e for e in root.iter() if e.tag.endswith("polygon")]
+titles = [e.text for p in polygons for e in p if e.tag.endswith("title")]
+texts = " ".join(e.text or "" for e in root.iter() if e.tag.endswith("text"))
+assert len(polygons) == 10 and "metadata" in titles and "objects in use" in titles, titles
+assert "seconds, 3 reports" in texts and "over time" in texts, texts[:200]
+for p in polygons:   # a band is 3 points on top, 3 below
+    assert len(p.get("points").split()) == 6, p.get("points")' "$svg"; then
+	real_ok "three dumps: three tables in the order written, --plot draws the account over time"
+else
+	real_bad "three dumps: not three tables in time order ($pids) with a plot over time"
+	real_show "$tmp/m.err" stderr
+	real_show "$tmp/m.out" stdout
+fi
+rc=0
+TOOL --plot "$tmp/time.png" "$dump" "$tmp/doc.json" >/dev/null 2>"$tmp/e.err" || rc=$?
+[ "$rc" = 2 ] && grep -q "as SVG only" "$tmp/e.err" &&
+	real_ok "several dumps to a PNG: $(cat "$tmp/e.err")" ||
+	real_bad "several dumps to a PNG: status $rc, $(cat "$tmp/e.err")"
 
 # ---- -- CMD ---------------------------------------------------------------------------------------
 TOOL --sort allocs -- "$PY" -c 'x = [bytes(100 + i % 4000) for i in range(30000)]' \

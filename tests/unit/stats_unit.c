@@ -545,6 +545,11 @@ static void test_top_level(void)
 	CHECK(committed <= mapped);
 	CHECK(in_use <= committed);
 	CHECK_EQ(mapped, uslab_mapped_bytes());
+	/* when it was written, in ms since the epoch: now, give or take */
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	long t = stats_json_top(json, "time_ms"), ms = now.tv_sec * 1000L + now.tv_nsec / 1000000;
+	CHECK(t != STATS_MISSING && t <= ms && t > ms - 60000);
 	free(json);
 }
 

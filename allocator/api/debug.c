@@ -32,222 +32,44 @@
  * One lock (RANK_DEBUG, a leaf) guards the table and the quarantine; it is
  * never held across a call into kmalloc or kfree. The table and the
  * quarantine live in their own mappings (os_map), not in the heap they
- * watch. The uslab_cache_* API is not covered.
+ * watch. The table, the quarantine ring and the reports are the cache
+ * layer's (cache/debug.h), which gives the uslab_cache_* API the same mode.
  */
 #define _GNU_SOURCE
 #include "api.h"
+#include "debug.h"
 #include "options.h"
 
-#include <dlfcn.h>
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#define RZ_BYTE   0xFB   /* red zones */
-#define NEW_BYTE  0xA5   /* a new block (not calloc's) */
-#define FREE_BYTE 0xDF   /* a freed block, in quarantine */
-#define RZ_MIN    16
+#define RZ_BYTE   DEBUG_RZ_BYTE
+#define NEW_BYTE  DEBUG_NEW_BYTE
+#define FREE_BYTE DEBUG_FREE_BYTE
+#define RZ_MIN    DEBUG_RZ_MIN
 
 /* debug_mode: -1 until the first call reads USLAB_DEBUG, then 0 or 1 */
 signed char debug_mode = -1;
 
-enum { LIVE = 1, FREED = 2 };
-
-struct record {
-	uintptr_t user;       /* the key; 0: an empty slot */
-	uintptr_t base;       /* kmalloc's block */
-	size_t size;          /* what the program asked for */
-	const void *site;     /* who allocated it */
-	const void *free_site;
-	uint32_t front;       /* user - base */
-	uint32_t state;       /* LIVE or FREED */
-};
-
 static mutex_t debug_lock = MUTEX_INIT;
 FORK_LOCK(debug_lock, RANK_DEBUG);
 
-static struct record *table;   /* open addressing, linear probing */
-static size_t table_cap, table_used;
-static uintptr_t *quarantine;  /* a ring of user pointers, oldest at q_head */
-static size_t q_cap, q_head, q_len, q_bytes;
+static struct debug_table table;
+static struct debug_ring quarantine;
 
 /* ---- reports ------------------------------------------------------------------------ */
-
-/* "prog(function+0x1c)", "libfoo.so+0x1234", or the bare address */
-static void site_name(const void *site, char *buf, size_t size)
-{
-	Dl_info info;
-
-	if (!site) {
-		snprintf(buf, size, "(unknown)");
-		return;
-	}
-	if (!dladdr(site, &info) || !info.dli_fname) {
-		snprintf(buf, size, "%p", site);
-		return;
-	}
-	const char *file = strrchr(info.dli_fname, '/');
-	file = file ? file + 1 : info.dli_fname;
-	if (info.dli_sname && info.dli_saddr)
-		snprintf(buf, size, "%s(%s+0x%lx)", file, info.dli_sname,
-			 (unsigned long)((uintptr_t)site - (uintptr_t)info.dli_saddr));
-	else
-		snprintf(buf, size, "%s+0x%lx", file,
-			 (unsigned long)((uintptr_t)site - (uintptr_t)info.dli_fbase));
-}
-
-__attribute__((format(printf, 2, 3)))
-static void say(char *buf, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	int n = vsnprintf(buf, 512, fmt, ap);
-	va_end(ap);
-	if (n > 511)
-		n = 511;
-	if (n > 0 && write(2, buf, (size_t)n) < 0)
-		return;
-}
-
-/* One line about block r, then abort. what: "double free", ... detail:
- * after the block's description (may be ""). */
-noinline cold __attribute__((noreturn))
-static void report(const char *call, const char *what, const struct record *r, const char *detail)
-{
-	char line[512], alloc[160], freed[180] = "";
-
-	site_name(r->site, alloc, sizeof(alloc));
-	if (r->state == FREED) {
-		char s[150];
-		site_name(r->free_site, s, sizeof(s));
-		snprintf(freed, sizeof(freed), ", freed at %s", s);
-	}
-	say(line, "uslab: %s(): %s %p%s (%zu bytes, allocated at %s%s)\n", call, what,
-	    (void *)r->user, detail, r->size, alloc, freed);
-	abort();
-}
 
 noinline cold __attribute__((noreturn))
 static void report_pointer(const char *call, const void *p)
 {
-	char line[512];
-
-	say(line, "uslab: %s(): invalid pointer %p (no block of the debug mode's starts there)\n",
-	    call, p);
+	debug_say("uslab: %s(): invalid pointer %p (no block of the debug mode's starts there)\n",
+		  call, p);
 	abort();
 }
 
-/* ---- the table ------------------------------------------------------------------------ */
-
-static size_t slot_of(uintptr_t user)
-{
-	return (size_t)((user >> 4) * 0x9E3779B97F4A7C15ull >> 20) & (table_cap - 1);
-}
-
-static struct record *lookup(uintptr_t user)
-{
-	if (!table)
-		return NULL;
-	for (size_t i = slot_of(user);; i = (i + 1) & (table_cap - 1)) {
-		if (table[i].user == user)
-			return &table[i];
-		if (!table[i].user)
-			return NULL;
-	}
-}
-
-/* Room for one more record (the table at most half full). */
-static bool table_reserve(void)
-{
-	if (table && (table_used + 1) * 2 <= table_cap)
-		return true;
-	size_t cap = table ? table_cap * 2 : 4096;
-	struct record *old = table, *t = os_map_aligned(cap * sizeof(*t), os_page_size());
-	size_t old_cap = table_cap;
-
-	if (!t)
-		return false;
-	table = t;
-	table_cap = cap;
-	for (size_t i = 0; i < old_cap; i++) {
-		if (!old[i].user)
-			continue;
-		size_t k = slot_of(old[i].user);
-		while (table[k].user)
-			k = (k + 1) & (cap - 1);
-		table[k] = old[i];
-	}
-	if (old)
-		os_unmap(old, old_cap * sizeof(*old));
-	return true;
-}
-
-static void insert(const struct record *r)
-{
-	size_t i = slot_of(r->user);
-
-	while (table[i].user)
-		i = (i + 1) & (table_cap - 1);
-	table[i] = *r;
-	table_used++;
-}
-
-/* Remove r, shifting the records after it back (no tombstones). */
-static void erase(struct record *r)
-{
-	size_t i = (size_t)(r - table), j = i;
-
-	table[i].user = 0;
-	for (;;) {
-		j = (j + 1) & (table_cap - 1);
-		if (!table[j].user)
-			break;
-		size_t k = slot_of(table[j].user);
-		/* move j back to i unless its home k lies cyclically in (i, j] */
-		if ((j > i && (k <= i || k > j)) || (j < i && k <= i && k > j)) {
-			table[i] = table[j];
-			table[j].user = 0;
-			i = j;
-		}
-	}
-	table_used--;
-}
-
 /* ---- the quarantine ------------------------------------------------------------------------- */
-
-static bool quarantine_reserve(void)
-{
-	if (q_len < q_cap)
-		return true;
-	size_t cap = q_cap ? q_cap * 2 : 4096;
-	uintptr_t *q = os_map_aligned(cap * sizeof(*q), os_page_size());
-
-	if (!q)
-		return false;
-	for (size_t i = 0; i < q_len; i++)
-		q[i] = quarantine[(q_head + i) % q_cap];
-	if (quarantine)
-		os_unmap(quarantine, q_cap * sizeof(*quarantine));
-	quarantine = q;
-	q_cap = cap;
-	q_head = 0;
-	return true;
-}
-
-/* The first byte of [p, p + n) that is not c, or NULL. */
-static const uint8_t *first_not(const void *p, size_t n, uint8_t c)
-{
-	const uint8_t *b = p;
-
-	for (size_t i = 0; i < n; i++)
-		if (b[i] != c)
-			return b + i;
-	return NULL;
-}
 
 /*
  * Take the oldest blocks out of the quarantine while it holds more than its
@@ -258,23 +80,21 @@ static size_t quarantine_evict(uintptr_t *out, size_t max, size_t budget)
 {
 	size_t n = 0;
 
-	while (q_len && q_bytes > budget && n < max) {
-		uintptr_t user = quarantine[q_head];
-		struct record *r = lookup(user);
+	while (quarantine.len && quarantine.bytes > budget && n < max) {
+		uintptr_t user = debug_ring_pop(&quarantine);
+		struct debug_record *r = debug_lookup(&table, user);
 
-		q_head = (q_head + 1) % q_cap;
-		q_len--;
-		if (!r || r->state != FREED)
+		if (!r || r->state != DEBUG_FREED)
 			continue;   /* cannot happen: only free() quarantines */
-		const uint8_t *bad = first_not((void *)user, r->size, FREE_BYTE);
+		const uint8_t *bad = debug_first_not((void *)user, r->size, FREE_BYTE);
 		if (bad) {
 			char detail[64];
 			snprintf(detail, sizeof(detail), " at offset %zu", (size_t)(bad - (uint8_t *)user));
-			report("free", "write after free to block", r, detail);
+			debug_report("free", "write after free to block", r, detail);
 		}
-		q_bytes -= r->size;
+		quarantine.bytes -= r->size;
 		out[n++] = r->base;
-		erase(r);
+		debug_erase(&table, r);
 	}
 	return n;
 }
@@ -323,11 +143,12 @@ void *debug_alloc(size_t size, size_t align, bool zero, const char *call, const 
 	memset(user, zero ? 0 : NEW_BYTE, size);
 	memset(user + size, RZ_BYTE, usable - front - size);
 
-	struct record r = { (uintptr_t)user, (uintptr_t)base, size, site, NULL, (uint32_t)front, LIVE };
+	struct debug_record r = { (uintptr_t)user, (uintptr_t)base, size, site, NULL, NULL,
+				  (uint32_t)front, DEBUG_LIVE };
 	lock_ranked(&debug_lock, RANK_DEBUG);
-	bool room = table_reserve();
+	bool room = debug_table_reserve(&table);
 	if (room)
-		insert(&r);
+		debug_insert(&table, &r);
 	unlock_ranked(&debug_lock, RANK_DEBUG);
 	if (!room) {
 		kfree_direct(base, call);
@@ -359,41 +180,25 @@ void debug_free_call(void *p, const char *call, const void *site)
 		kfree_direct(p, call);
 }
 
-
-/* The red zones of r, checked; reported as call's. */
-static void check_red_zones(const struct record *r, const char *call)
+/* The red zones of r, up to the end of its kmalloc block; reported as call's. */
+static void check_red_zones(const struct debug_record *r, const char *call)
 {
-	const uint8_t *user = (const uint8_t *)r->user;
-	size_t usable = kmalloc_usable_size((void *)r->base, call);
-	const uint8_t *bad = first_not((void *)r->base, r->front, RZ_BYTE);
-	char detail[64];
-
-	if (bad) {
-		snprintf(detail, sizeof(detail), " overwritten %zu bytes before it",
-			 (size_t)(user - bad));
-		report(call, "red zone of block", r, detail);
-	}
-	bad = first_not(user + r->size, usable - r->front - r->size, RZ_BYTE);
-	if (bad) {
-		snprintf(detail, sizeof(detail), " overwritten at offset %zu, past its end",
-			 (size_t)(bad - user));
-		report(call, "red zone of block", r, detail);
-	}
+	debug_check_red_zones(r, kmalloc_usable_size((void *)r->base, call), call);
 }
 
 /* The live record of p, or a report: p is no block, or freed already. */
-static struct record *live_record(const void *p, const char *call, const char *freed_what)
+static struct debug_record *live_record(const void *p, const char *call, const char *freed_what)
 {
-	struct record *r = lookup((uintptr_t)p);
+	struct debug_record *r = debug_lookup(&table, (uintptr_t)p);
 
 	if (!r) {
 		unlock_ranked(&debug_lock, RANK_DEBUG);
 		report_pointer(call, p);
 	}
-	if (r->state != LIVE) {
-		struct record copy = *r;
+	if (r->state != DEBUG_LIVE) {
+		struct debug_record copy = *r;
 		unlock_ranked(&debug_lock, RANK_DEBUG);
-		report(call, freed_what, &copy, "");
+		debug_report(call, freed_what, &copy, "");
 	}
 	return r;
 }
@@ -408,36 +213,24 @@ void debug_free(void *p, size_t size, const char *call, const void *site)
 	if (!p)
 		return;
 	lock_ranked(&debug_lock, RANK_DEBUG);
-	struct record *r = live_record(p, call, "double free of block");
-	struct record copy = *r;
+	struct debug_record *r = live_record(p, call, "double free of block");
+	struct debug_record copy = *r;
 	unlock_ranked(&debug_lock, RANK_DEBUG);
 
 	if (size != SIZE_MAX && size != copy.size) {
 		char detail[64];
 		snprintf(detail, sizeof(detail), " given as %zu bytes", size);
-		report(call, "wrong size for block", &copy, detail);
+		debug_report(call, "wrong size for block", &copy, detail);
 	}
 	check_red_zones(&copy, call);
 	memset(p, FREE_BYTE, copy.size);
 
 	size_t budget = (size_t)option(OPT_DEBUG_QUARANTINE);
-	lock_ranked(&debug_lock, RANK_DEBUG);
-	r = lookup((uintptr_t)p);
-	if (!r || r->state != LIVE) {   /* freed meanwhile by another thread */
-		copy = r ? *r : copy;
-		unlock_ranked(&debug_lock, RANK_DEBUG);
-		report(call, "double free of block", &copy, "");
-	}
-	r->state = FREED;
-	r->free_site = site;
-	if (!quarantine_reserve()) {   /* no room to keep it: it goes back at once */
-		erase(r);
-		unlock_ranked(&debug_lock, RANK_DEBUG);
-		kfree_direct((void *)copy.base, call);
+	if (!debug_mark_freed(&table, &quarantine, &debug_lock, &copy, site, call,
+			      "double free of block")) {
+		kfree_direct((void *)copy.base, call);   /* no room to keep it */
 		return;
 	}
-	quarantine[(q_head + q_len++) % q_cap] = (uintptr_t)p;
-	q_bytes += copy.size;
 	do {
 		n = quarantine_evict(out, BATCH, budget);
 		unlock_ranked(&debug_lock, RANK_DEBUG);
@@ -457,7 +250,7 @@ void *debug_realloc(void *p, size_t size, const void *site)
 		return NULL;
 	}
 	lock_ranked(&debug_lock, RANK_DEBUG);
-	struct record copy = *live_record(p, "realloc", "realloc of freed block");
+	struct debug_record copy = *live_record(p, "realloc", "realloc of freed block");
 	unlock_ranked(&debug_lock, RANK_DEBUG);
 	check_red_zones(&copy, "realloc");
 
@@ -482,60 +275,9 @@ size_t debug_usable_size(void *p)
 
 /* ---- the leak report ---------------------------------------------------------------------------- */
 
-struct site_total {
-	const void *site;
-	size_t bytes, blocks;
-};
-
 /* At exit: the blocks still live, by allocation site, most bytes first. */
-__attribute__((destructor)) static void debug_leak_report(void)
+__attribute__((destructor)) static void debug_leak_report_at_exit(void)
 {
-	enum { SITES = 1024, TOP = 20 };
-	static struct site_total sites[SITES];
-	size_t nsites = 0, blocks = 0, bytes = 0, other_blocks = 0;
-	char line[512], name[200];
-
-	if (READ_ONCE(debug_mode) <= 0)
-		return;
-	lock_ranked(&debug_lock, RANK_DEBUG);
-	for (size_t i = 0; table && i < table_cap; i++) {
-		const struct record *r = &table[i];
-		size_t k;
-
-		if (!r->user || r->state != LIVE)
-			continue;
-		blocks++;
-		bytes += r->size;
-		for (k = 0; k < nsites && sites[k].site != r->site; k++)
-			;
-		if (k == nsites) {
-			if (nsites == SITES) {
-				other_blocks++;
-				continue;
-			}
-			sites[nsites++] = (struct site_total){ r->site, 0, 0 };
-		}
-		sites[k].bytes += r->size;
-		sites[k].blocks++;
-	}
-	unlock_ranked(&debug_lock, RANK_DEBUG);
-	if (!blocks)
-		return;
-	say(line, "uslab: debug: %zu block%s (%zu bytes) live at exit, by allocation site:\n", blocks,
-	    blocks == 1 ? "" : "s", bytes);
-	for (size_t shown = 0; shown < TOP && shown < nsites; shown++) {
-		size_t best = shown;   /* selection: the next largest to the front */
-		for (size_t k = shown + 1; k < nsites; k++)
-			if (sites[k].bytes > sites[best].bytes)
-				best = k;
-		struct site_total t = sites[best];
-		sites[best] = sites[shown];
-		sites[shown] = t;
-		site_name(t.site, name, sizeof(name));
-		say(line, "uslab:   %zu bytes in %zu block%s allocated at %s\n", t.bytes, t.blocks,
-		    t.blocks == 1 ? "" : "s", name);
-	}
-	if (nsites > TOP || other_blocks)
-		say(line, "uslab:   (and more, from %zu other sites)\n",
-		    nsites > TOP ? nsites - TOP : 0);
+	if (READ_ONCE(debug_mode) > 0)
+		debug_leak_report(&table, &debug_lock, NULL, "at exit");
 }

@@ -10,6 +10,7 @@
  */
 #define _GNU_SOURCE
 #include "local.h"
+#include "debug.h"
 #include "options.h"
 
 #include <errno.h>
@@ -76,20 +77,59 @@ static noinline void watch_free(struct uslab_cache *s, void *obj)
 #endif
 }
 
+/*
+ * The caches whose every call needs more than the fast path: watched ones,
+ * the debug mode's (cache/debug.c) and destroyed ones (their handle is
+ * recognised while the dead ring keeps its memory). Their inline_offset
+ * names the always-empty cpu slab, so uslab.h's inline paths come here
+ * too; one test of the flags word sends them aside.
+ */
+#define CACHE_SLOW_CALLS (CACHE_WATCHED | CACHE_DEBUG | CACHE_DEAD)
+
+static noinline void *cache_alloc_special(struct uslab_cache *s, const void *site)
+{
+	if (s->flags & CACHE_DEAD)
+		uslab_fatal("uslab_cache_alloc", s, "destroyed cache");
+	if (s->flags & CACHE_DEBUG)
+		return cache_debug_alloc(s, site);
+	void *obj = cache_alloc_fast(s);
+	watch_alloc(s, obj);
+	return obj;
+}
+
+static noinline void cache_free_special(struct uslab_cache *s, void *obj, const char *call,
+					const void *site)
+{
+	if (s->flags & CACHE_DEAD)
+		uslab_fatal(call, s, "destroyed cache");
+	if (s->flags & CACHE_DEBUG) {
+		cache_debug_free(s, obj, call, site);
+		return;
+	}
+	/* before the free: once given back, another thread may take it */
+	watch_free(s, obj);
+	cache_free_fast(s, obj);
+}
+
+/* site: the program's call (the debug mode records it) */
+static inline void *cache_alloc(struct uslab_cache *cache, const void *site)
+{
+	if (unlikely(cache->flags & CACHE_SLOW_CALLS))
+		return cache_alloc_special(cache, site);
+	return cache_alloc_fast(cache);
+}
+
 USLAB_API void *uslab_cache_alloc(struct uslab_cache *cache)
 {
-	void *obj = cache_alloc_fast(cache);
-
-	if (unlikely(cache->flags & CACHE_WATCHED))
-		watch_alloc(cache, obj);
-	return obj;
+	return cache_alloc(cache, __builtin_return_address(0));
 }
 
 USLAB_API void uslab_cache_free(struct uslab_cache *cache, void *obj)
 {
-	/* before the free: once given back, another thread may take it */
-	if (unlikely(cache->flags & CACHE_WATCHED))
-		watch_free(cache, obj);
+	if (unlikely(cache->flags & CACHE_SLOW_CALLS)) {
+		cache_free_special(cache, obj, "uslab_cache_free", __builtin_return_address(0));
+		return;
+	}
 	cache_free_fast(cache, obj);   /* NULL falls through to the slow path */
 }
 
@@ -101,7 +141,7 @@ USLAB_API void uslab__cache_free(struct uslab_cache *cache, void *obj)
 USLAB_API size_t uslab_cache_alloc_bulk(struct uslab_cache *cache, size_t n, void **objs)
 {
 	for (size_t i = 0; i < n; i++) {
-		objs[i] = uslab_cache_alloc(cache);
+		objs[i] = cache_alloc(cache, __builtin_return_address(0));
 		if (unlikely(!objs[i])) {
 			uslab_cache_free_bulk(cache, i, objs);
 			errno = ENOMEM;
@@ -134,6 +174,13 @@ USLAB_API void uslab_cache_free_bulk(struct uslab_cache *cache, size_t n, void *
 	uint64_t seen[(CTR_OBJ_MASK + 64) / 64];
 	size_t i = 0;
 
+	/* one at a time: the debug mode's records tell duplicates apart */
+	if (unlikely(cache->flags & (CACHE_DEBUG | CACHE_DEAD))) {
+		for (; i < n; i++)
+			cache_free_special(cache, objs[i], "uslab_cache_free_bulk",
+					   __builtin_return_address(0));
+		return;
+	}
 	memset(seen, 0, sizeof(seen));
 	while (i < n) {
 		void *obj = objs[i];
@@ -251,7 +298,8 @@ static bool cache_is_live(const struct uslab_cache *s)
 	return live;
 }
 
-/* The geometry of a cache of size-byte objects; returns objects per slab. */
+/* The geometry of a cache of size-byte objects; returns objects per slab
+ * (0: no memory for the debug mode's state). */
 static uint32_t cache_geometry(struct uslab_cache *s, size_t size, size_t align, void (*ctor)(void *))
 {
 	size_t slot;
@@ -269,6 +317,10 @@ static uint32_t cache_geometry(struct uslab_cache *s, size_t size, size_t align,
 	 * free, so the free pointer lives in a word after the object. */
 	s->fp_offset = ctor ? (uint32_t)round_up(size, sizeof(void *)) : 0;
 	slot = ctor ? s->fp_offset + sizeof(void *) : size;
+	if (s->flags & CACHE_DEBUG)   /* red zones around the object, the free pointer after */
+		slot = cache_debug_layout(s);
+	if (!slot)
+		return 0;
 	if (slot < sizeof(void *))
 		slot = sizeof(void *);
 	s->stride = (uint32_t)round_up(slot, align);
@@ -281,6 +333,14 @@ static uint32_t cache_geometry(struct uslab_cache *s, size_t size, size_t align,
 	s->cpu_partial = option(OPT_CPU_PARTIAL) > 0 ? (unsigned)option(OPT_CPU_PARTIAL) :
 			 s->stride >= 4096 ? 2 : 4;
 	return objects;
+}
+
+/* The always-empty cpu slab's offset in a heap: a cache's inline_offset
+ * when every call of it is to come to the library. */
+static uint32_t never_used_offset(void)
+{
+	return (uint32_t)(offsetof(struct thread_heap, cpu) +
+			  NEVER_USED_ID * sizeof(struct cpu_slab));
 }
 
 /* Where cache id's statistics row is in every heap (a static id: row
@@ -303,7 +363,11 @@ int cache_setup(struct uslab_cache *s, const char *name, size_t size, size_t ali
 	dwcas_init();
 	options_init();
 	s->flags = flags;
+	if (!(flags & CACHE_MALLOC) && option(OPT_DEBUG))
+		s->flags |= CACHE_DEBUG;
 	uint32_t objects = cache_geometry(s, size, align, ctor);
+	if (!objects)
+		return ENOMEM;
 	mutex_init(&s->list_lock);
 	name_copy(s->name, sizeof(s->name), name ? name : "unnamed");
 
@@ -320,12 +384,13 @@ int cache_setup(struct uslab_cache *s, const char *name, size_t size, size_t ali
 		/* uslab.h's inline paths serve a cache through the always-empty
 		 * cpu slab (so never) when its free pointer is not at offset 0,
 		 * or when a checker in the program is to see its objects */
-		if ((san_active() || vg_running()) && !(flags & CACHE_MALLOC))
+		if ((san_active() || vg_running()) && !(s->flags & (CACHE_MALLOC | CACHE_DEBUG)))
 			s->flags |= CACHE_WATCHED;
 		s->fp_key = fp_key_setup();
-		s->inline_offset = s->fp_offset || (s->flags & CACHE_WATCHED) ?
-				   (uint32_t)(offsetof(struct thread_heap, cpu) +
-					      NEVER_USED_ID * sizeof(struct cpu_slab)) : s->cpu_offset;
+		s->inline_offset = s->fp_offset || (s->flags & CACHE_SLOW_CALLS) ?
+				   never_used_offset() : s->cpu_offset;
+		if (s->flags & CACHE_DEBUG)
+			cache_debug_attach(s, ctor);
 		/* s reaches other threads through the registry lock (walks),
 		 * its creator (the API), or a release of its own (malloc's
 		 * static caches: their ready bit, malloc/classes.c) */
@@ -392,12 +457,16 @@ USLAB_API int uslab_cache_destroy(struct uslab_cache *s)
 			"already?); nothing done\n", (void *)s);
 		return -EINVAL;
 	}
+	if (s->flags & CACHE_DEBUG)   /* quarantined objects are no one's */
+		cache_debug_drain(s);
 	lock_ranked(&heaps_lock, RANK_HEAPS);
 	flush_all_heaps(s);
 	unlock_ranked(&heaps_lock, RANK_HEAPS);
 	ASSERT_EXPENSIVE(uslab_cache_validate(s) == 0);   /* nothing frozen is left */
 	size_t live = cache_live_objects(s);
 	if (live) {
+		if (s->flags & CACHE_DEBUG)
+			cache_debug_leaks(s);
 		fprintf(stderr, "uslab: uslab_cache_destroy(): cache %s still has %zu live object%s\n",
 			s->name, live, live == 1 ? "" : "s");
 		return -EBUSY;
@@ -407,6 +476,11 @@ USLAB_API int uslab_cache_destroy(struct uslab_cache *s)
 	lock_rank_acquire(RANK_REGISTRY);
 	qrw_write_lock(&cache_registry);
 	WRITE_ONCE(s->dead, 1);
+	/* a later call with this handle comes to the library, which says so */
+	if (s->flags & CACHE_DEBUG)
+		cache_debug_forget(s);   /* before its id can be another cache's */
+	WRITE_ONCE(s->flags, s->flags | CACHE_DEAD);
+	WRITE_ONCE(s->inline_offset, never_used_offset());
 	for (struct uslab_cache **pp = &caches; *pp; pp = &(*pp)->next) {
 		if (*pp == s) {
 			*pp = s->next;
@@ -443,9 +517,10 @@ USLAB_API void uslab_cache_shrink(struct uslab_cache *s)
 	segment_release_empty_over(0);
 }
 
+/* a debug cache's objects end where their red zone starts */
 USLAB_API size_t uslab_cache_object_size(const struct uslab_cache *s)
 {
-	return s->stride;
+	return s->flags & CACHE_DEBUG ? s->size : s->stride;
 }
 
 USLAB_API const char *uslab_cache_name(const struct uslab_cache *s)
@@ -459,8 +534,12 @@ USLAB_API int uslab_cache_info(struct uslab_cache *s, struct uslab_cache_info *i
 		return -EINVAL;
 	own_inbox_drain(s);
 	size_t live = cache_live_objects(s) - (size_t)own_private_objects(s);
+	if (s->flags & CACHE_DEBUG) {   /* in quarantine: freed, not yet given back */
+		size_t q = cache_debug_quarantined(s);
+		live = live > q ? live - q : 0;
+	}
 	memset(info, 0, sizeof(*info));
-	info->object_size = s->stride;
+	info->object_size = uslab_cache_object_size(s);
 	info->objects_per_slab = s->objects;
 	info->slab_bytes = (size_t)s->units << UNIT_SHIFT;
 	info->slabs = (size_t)atomic_long_read(&s->nr_slabs);

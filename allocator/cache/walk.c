@@ -9,6 +9,7 @@
  */
 #define _GNU_SOURCE
 #include "local.h"
+#include "debug.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -227,6 +228,8 @@ USLAB_API long uslab_cache_validate(struct uslab_cache *s)
 
 	if (!s)
 		return 1;
+	if (s->flags & CACHE_DEBUG)   /* red zones and quarantine: a report aborts */
+		cache_debug_validate(s);
 	lock_ranked(&heaps_lock, RANK_HEAPS);
 	heaps_lock_each();   /* no thread flushes while its cpu slabs are read */
 	lock_ranked(&s->list_lock, RANK_LIST);

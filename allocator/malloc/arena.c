@@ -26,7 +26,9 @@
  * Blocks start on 16-byte granules; arena_map holds a byte per granule: 0,
  * or for a block's first granule its code, with ARENA_LIVE while the block
  * is allocated. So free() tells a block start from an interior pointer and
- * a live block from a freed one exactly, as it does for slabs.
+ * a live block from a freed one exactly, as it does for slabs. An uncut
+ * block keeps its code too (below arena_stale, past arena_cut), so a second
+ * free of it is a double free as well; cutting clears those codes again.
  *
  * Everything is under arena_lock (a leaf lock; elided while the process has
  * one thread, see arena_lock_take; after that only free, realloc and
@@ -38,6 +40,8 @@
  */
 #include "local.h"
 #include "options.h"
+
+#include <string.h>
 
 #define ARENA_ALLOCS_MAX 16384
 #define ARENA_REUSE_UP   3      /* a freed block serves up to 3 codes below it */
@@ -51,6 +55,7 @@
 /* arena[] and arena_map[] are in layout.c, with the other big arrays */
 static void *arena_free_list[ARENA_LARGE_CODE + ARENA_LARGE_PAGES + 1];   /* by block code */
 static uint32_t arena_cut;          /* bytes cut so far: blocks are below */
+static uint32_t arena_stale;        /* past arena_cut, below it: codes of uncut blocks */
 static uint32_t arena_allocs;       /* blocks handed out, reuse included */
 static size_t arena_live;           /* bytes in live blocks */
 static uintptr_t arena_thread;      /* thread_self() of the one thread it serves */
@@ -160,6 +165,14 @@ static void *arena_take(unsigned code)
 			goto out;
 		}
 		p = arena + arena_cut;
+		if (arena_cut < arena_stale) {   /* uncut blocks' codes inside it go */
+			uint32_t end = arena_cut + take;
+
+			if (end > arena_stale)
+				end = arena_stale;
+			memset(&arena_map[arena_cut / ARENA_GRAN], 0,
+			       (end - arena_cut) / ARENA_GRAN);
+		}
 		arena_cut += take;
 	}
 	arena_map[((char *)p - arena) / ARENA_GRAN] = (uint8_t)(bcode | ARENA_LIVE);
@@ -194,7 +207,8 @@ void *arena_alloc_large(size_t n)
 static unsigned arena_block(const void *p, const char *call, bool freeing, bool held)
 {
 	uintptr_t off = (uintptr_t)p - (uintptr_t)arena;
-	uint8_t m = off % ARENA_GRAN || off >= arena_cut ? 0 : arena_map[off / ARENA_GRAN];
+	uint8_t m = off % ARENA_GRAN || (off >= arena_cut && off >= arena_stale) ? 0 :
+		    arena_map[off / ARENA_GRAN];
 
 	if (!m) {
 		arena_lock_drop(held);
@@ -217,8 +231,11 @@ void arena_free(void *p, const char *call)
 
 	arena_live -= code_size(code);
 	if ((char *)p + code_take(code) == arena + arena_cut) {
-		/* the last block cut: uncut it (a temporary block costs nothing) */
-		arena_map[g] = 0;
+		/* the last block cut: uncut it (a temporary block costs nothing);
+		 * its code stays, for a second free to find */
+		arena_map[g] = (uint8_t)code;
+		if (arena_stale < arena_cut)
+			arena_stale = arena_cut;
 		arena_cut -= code_take(code);
 	} else {
 		arena_map[g] = (uint8_t)code;

@@ -25,6 +25,12 @@ static mutex_t huge_lock = MUTEX_INIT;
 FORK_LOCK(huge_lock, RANK_HUGE);
 static struct huge *huge_tab;
 static size_t huge_cap, huge_used, huge_tomb;
+/* The blocks freed last, under huge_lock: a second free (or a realloc) of
+ * one of them is a double free, not an invalid pointer (its memory is
+ * gone; a block at that address since is in the table, and found first). */
+#define HUGE_FREED 64
+static uintptr_t huge_freed_addr[HUGE_FREED];
+static unsigned huge_freed_next;
 static atomic_long_t huge_bytes, huge_count;
 
 static size_t huge_hash(uintptr_t a, size_t cap)
@@ -218,8 +224,23 @@ bool huge_free(const void *p)
 
 	if (!huge_remove((uintptr_t)p, &h))
 		return false;
+	lock_ranked(&huge_lock, RANK_HUGE);
+	huge_freed_addr[huge_freed_next++ % HUGE_FREED] = (uintptr_t)p;
+	unlock_ranked(&huge_lock, RANK_HUGE);
 	range_cache_put(h.map, h.map_len, h.origin);
 	return true;
+}
+
+/* p, no huge block now, is one of the last ones freed. */
+bool huge_was_freed(const void *p)
+{
+	bool freed = false;
+
+	lock_ranked(&huge_lock, RANK_HUGE);
+	for (unsigned i = 0; i < HUGE_FREED && !freed; i++)
+		freed = huge_freed_addr[i] == (uintptr_t)p;
+	unlock_ranked(&huge_lock, RANK_HUGE);
+	return freed;
 }
 
 /* Bytes usable at huge block p; false: p is no huge block. */

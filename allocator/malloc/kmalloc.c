@@ -118,6 +118,17 @@ noinline cold void free_invalid(const void *p, const char *call)
 	uslab_fatal(call, p, "invalid pointer");
 }
 
+/*
+ * p is a large or huge block freed already: a second free, or a realloc
+ * (which frees it), is a double free; malloc_usable_size, the one other
+ * call that gets here, is told of an invalid pointer, as for any block
+ * that is not live.
+ */
+static noinline cold void free_freed(const void *p, const char *call)
+{
+	uslab_fatal(call, p, strcmp(call, "malloc_usable_size") ? "double free" : "invalid pointer");
+}
+
 /* free of anything but a small object: large run, huge block, or garbage. */
 void free_nonsmall(void *p, struct slab *slab, const char *call)
 {
@@ -134,8 +145,11 @@ void free_nonsmall(void *p, struct slab *slab, const char *call)
 		large_free(slab);   /* kept runs stay marked TAIL: freed */
 		return;
 	}
-	if (!huge_free(p))
+	if (!huge_free(p)) {
+		if (huge_was_freed(p))
+			free_freed(p, call);
 		free_invalid(p, call);
+	}
 }
 
 /*
@@ -217,10 +231,15 @@ size_t kmalloc_usable_size(const void *p, const char *call)
 			return s->stride;
 		if (slab->kind == SLAB_KIND_LARGE && off == 0)
 			return (size_t)slab->nunits << UNIT_SHIFT;
+		if (slab->kind == SLAB_KIND_TAIL && off == 0)   /* a freed run, kept */
+			free_freed(p, call);
 		free_invalid(p, call);
 	}
-	if (!huge_usable_size(p, &size))
+	if (!huge_usable_size(p, &size)) {
+		if (huge_was_freed(p))
+			free_freed(p, call);
 		free_invalid(p, call);
+	}
 	return size;
 }
 

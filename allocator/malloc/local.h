@@ -20,6 +20,7 @@ void *kmalloc_class_alloc(struct uslab_cache *s);   /* sets s up first if need b
 /* huge.c */
 void *huge_alloc(size_t n, size_t align, bool thp_wanted, bool *zeroed);
 bool huge_free(const void *p);
+bool huge_was_freed(const void *p);   /* one of the last huge blocks freed */
 bool huge_usable_size(const void *p, size_t *size);
 void *huge_resize(void *p, size_t n);
 

@@ -106,6 +106,8 @@ enum cache_stat {
 /* Internal cache flags, above uslab.h's public ones. */
 #define CACHE_MALLOC 0x10000u   /* malloc's objects: free-check fields in every unit */
 #define CACHE_WATCHED 0x20000u  /* the program's ASan or memcheck sees its objects */
+#define CACHE_DEBUG 0x40000u    /* USLAB_DEBUG=1: red zones, poison, quarantine (cache/debug.c) */
+#define CACHE_DEAD 0x80000u     /* destroyed: its handle's every call ends in a report */
 
 struct uslab_cache {
 	/* read by the fast paths; the first by uslab.h's inline ones, which

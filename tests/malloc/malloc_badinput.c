@@ -8,9 +8,8 @@
  * the child sends the pointer it is about to pass over a second pipe, so the
  * parent can check the message names exactly that pointer. The parent wants
  * WIFSIGNALED && WTERMSIG == SIGABRT and the expected line. A double free
- * must say "double free"; the few that do not today are marked WRONG_ in the
- * table, print KNOWN WRONG with what they should say, and fail once they say
- * it (the mark is then to go).
+ * must say "double free": of a small block, a large one or a huge one, from
+ * slabs or from the start-up arena.
  *
  * USLAB_TEST_ALLOW_GLIBC=1 runs the cases against glibc and only reports
  * what happened (glibc detects some of these, with other messages).
@@ -295,46 +294,39 @@ static void case_free_sized_foreign(void)
 	free_sized(announce(foreign_page()), 4096);
 }
 
-/* Where uslab's message is known to be wrong today: it says "invalid
- * pointer" for these double frees, the block's memory having gone back
- * (the arena's last block uncut, a large run's units freed, a huge block
- * unmapped or cached), so it cannot tell them from a wild pointer. */
-enum { WRONG_ARENA = 1, WRONG_SLABS = 2 };
-
 struct bad_case {
 	const char *name;
 	void (*fn)(void);
 	const char *call;   /* the function the message names */
 	const char *what;   /* the right wording */
-	unsigned known_wrong;   /* WRONG_*: says "invalid pointer" instead, today */
 };
 
 static const struct bad_case cases[] = {
-	{ "free(stack)",                  case_free_stack,               "free",   "invalid pointer", 0 },
-	{ "free(mmap page)",              case_free_mmap,                "free",   "invalid pointer", 0 },
-	{ "free(static data)",            case_free_static,              "free",   "invalid pointer", 0 },
-	{ "free(wild address)",           case_free_wild,                "free",   "invalid pointer", 0 },
-	{ "free(past a large run)",       case_free_past_large,          "free",   "invalid pointer", 0 },
-	{ "free(small + 8)",              case_free_interior_small,      "free",   "invalid pointer", 0 },
-	{ "free(small + 16, later unit)", case_free_interior_small_later_unit, "free", "invalid pointer", 0 },
-	{ "free(large + 16)",             case_free_interior_large,      "free",   "invalid pointer", 0 },
-	{ "free(large + 40 KiB)",         case_free_interior_large_tail, "free",   "invalid pointer", 0 },
-	{ "free(huge + 4096)",            case_free_interior_huge,       "free",   "invalid pointer", 0 },
-	{ "free(small + 3)",              case_free_misaligned_small,    "free",   "invalid pointer", 0 },
-	{ "free(small + 80)",             case_free_misaligned_small2,   "free",   "invalid pointer", 0 },
-	{ "free(segment header)",         case_free_segment_header,      "free",   "invalid pointer", 0 },
-	{ "double free small",            case_double_free_small,        "free",   "double free", WRONG_ARENA },
-	{ "double free small (new slab)", case_double_free_small_first,  "free",   "double free", WRONG_ARENA },
-	{ "double free small (remote)",   case_double_free_small_remote, "free",   "double free", 0 },
-	{ "double free small (orphan)",   case_double_free_small_orphan, "free",   "double free", 0 },
-	{ "double free large",            case_double_free_large,        "free",   "double free", 0 },
-	{ "double free huge",             case_double_free_huge,         "free",   "double free", WRONG_ARENA | WRONG_SLABS },
-	{ "realloc(mmap page)",           case_realloc_foreign,          "realloc", "invalid pointer", 0 },
-	{ "realloc(stack)",               case_realloc_stack,            "realloc", "invalid pointer", 0 },
-	{ "realloc(small + 8)",           case_realloc_interior,         "realloc", "invalid pointer", 0 },
-	{ "malloc_usable_size(mmap page)", case_usable_foreign,          "malloc_usable_size", "invalid pointer", 0 },
-	{ "malloc_usable_size(large + 64)", case_usable_interior_large,  "malloc_usable_size", "invalid pointer", 0 },
-	{ "free_sized(mmap page)",        case_free_sized_foreign,       "free_sized", "invalid pointer", 0 },
+	{ "free(stack)",                  case_free_stack,               "free",   "invalid pointer" },
+	{ "free(mmap page)",              case_free_mmap,                "free",   "invalid pointer" },
+	{ "free(static data)",            case_free_static,              "free",   "invalid pointer" },
+	{ "free(wild address)",           case_free_wild,                "free",   "invalid pointer" },
+	{ "free(past a large run)",       case_free_past_large,          "free",   "invalid pointer" },
+	{ "free(small + 8)",              case_free_interior_small,      "free",   "invalid pointer" },
+	{ "free(small + 16, later unit)", case_free_interior_small_later_unit, "free", "invalid pointer" },
+	{ "free(large + 16)",             case_free_interior_large,      "free",   "invalid pointer" },
+	{ "free(large + 40 KiB)",         case_free_interior_large_tail, "free",   "invalid pointer" },
+	{ "free(huge + 4096)",            case_free_interior_huge,       "free",   "invalid pointer" },
+	{ "free(small + 3)",              case_free_misaligned_small,    "free",   "invalid pointer" },
+	{ "free(small + 80)",             case_free_misaligned_small2,   "free",   "invalid pointer" },
+	{ "free(segment header)",         case_free_segment_header,      "free",   "invalid pointer" },
+	{ "double free small",            case_double_free_small,        "free",   "double free" },
+	{ "double free small (new slab)", case_double_free_small_first,  "free",   "double free" },
+	{ "double free small (remote)",   case_double_free_small_remote, "free",   "double free" },
+	{ "double free small (orphan)",   case_double_free_small_orphan, "free",   "double free" },
+	{ "double free large",            case_double_free_large,        "free",   "double free" },
+	{ "double free huge",             case_double_free_huge,         "free",   "double free" },
+	{ "realloc(mmap page)",           case_realloc_foreign,          "realloc", "invalid pointer" },
+	{ "realloc(stack)",               case_realloc_stack,            "realloc", "invalid pointer" },
+	{ "realloc(small + 8)",           case_realloc_interior,         "realloc", "invalid pointer" },
+	{ "malloc_usable_size(mmap page)", case_usable_foreign,          "malloc_usable_size", "invalid pointer" },
+	{ "malloc_usable_size(large + 64)", case_usable_interior_large,  "malloc_usable_size", "invalid pointer" },
+	{ "free_sized(mmap page)",        case_free_sized_foreign,       "free_sized", "invalid pointer" },
 };
 
 static int count_lines_with(const char *text, const char *needle)
@@ -393,13 +385,10 @@ static int run_case(const struct bad_case *c, bool slabs)
 		return 1;
 	}
 
-	bool wrong = c->known_wrong & (slabs ? WRONG_SLABS : WRONG_ARENA);
 	int ok = 1;
 	const char *why = "";
-	char want[160], right[160];
-	snprintf(right, sizeof(right), "uslab: %s(): %s %s\n", c->call, c->what, ptr);
-	snprintf(want, sizeof(want), "uslab: %s(): %s %s\n", c->call,
-		 wrong ? "invalid pointer" : c->what, ptr);
+	char want[160];
+	snprintf(want, sizeof(want), "uslab: %s(): %s %s\n", c->call, c->what, ptr);
 	err[el] = '\n';   /* match whole lines */
 	err[el + 1] = 0;
 	if (!WIFSIGNALED(child.status) || WTERMSIG(child.status) != SIGABRT) {
@@ -408,9 +397,6 @@ static int run_case(const struct bad_case *c, bool slabs)
 	} else if (!ptr[0]) {
 		ok = 0;
 		why = "child did not announce its pointer";
-	} else if (wrong && test_has_line(err, right)) {
-		ok = 0;
-		why = "the known-wrong message is right now: drop its WRONG_ mark";
 	} else if (!test_has_line(err, want)) {
 		ok = 0;
 		why = "expected message missing";
@@ -420,10 +406,7 @@ static int run_case(const struct bad_case *c, bool slabs)
 	}
 	err[el] = 0;
 	if (ok) {
-		printf("  %-6s %-32s %s: %s\n", slabs ? "slabs" : "arena", c->name,
-		       wrong ? "KNOWN WRONG" : "ok", err);
-		if (wrong)
-			printf("         (should say \"%.*s\")\n", (int)strlen(right) - 1, right);
+		printf("  %-6s %-32s ok: %s\n", slabs ? "slabs" : "arena", c->name, err);
 	} else {
 		fprintf(stderr, "  %-6s %-32s FAILED (%s): %s; want \"%.*s\"; stderr: \"%s\"\n",
 			slabs ? "slabs" : "arena", c->name, why, outcome, (int)strlen(want) - 1,

@@ -54,12 +54,14 @@
 	  "serve malloc from power-of-two classes until some class needs a second slab "     \
 	  "(fewer pages touched by short-lived programs; 0 = the fine classes at once)")    \
 	X(DEBUG, "USLAB_DEBUG", BOOL, 0,                                                     \
-	  "the malloc family's debug mode: red zones around every block checked when it is " \
-	  "freed, freed blocks poisoned and held back in a quarantine (checked when they "   \
-	  "leave it), every report naming the block's allocation and free sites, a report "  \
-	  "of the blocks live at exit (docs/security.md)")                                   \
+	  "the debug mode of the malloc family and of the caches created while it is on: "   \
+	  "red zones around every block checked when it is freed, freed blocks poisoned and " \
+	  "held back in a quarantine (checked when they leave it), every report naming the " \
+	  "block's allocation and free sites, a report of the blocks live at exit "          \
+	  "(docs/security.md)")                                                              \
 	X(DEBUG_QUARANTINE, "USLAB_DEBUG_QUARANTINE", SIZE, 16 << 20,                        \
-	  "with USLAB_DEBUG=1: bytes of freed blocks held back from reuse, oldest out first")
+	  "with USLAB_DEBUG=1: bytes of freed blocks held back from reuse, oldest out first " \
+	  "(the malloc family's, and each cache's own)")
 
 enum option_id {
 #define X(id, env, type, dflt, doc) OPT_##id,

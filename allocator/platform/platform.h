@@ -96,7 +96,8 @@ enum lock_rank {
 	RANK_META,               /* segment/: metadata memory */
 	RANK_ARENA,              /* malloc/: the start-up arena (a leaf) */
 	RANK_OPTIONS,            /* platform/: the first read of the environment */
-	RANK_DEBUG,              /* api/: the debug mode's table and quarantine (a leaf) */
+	RANK_DEBUG,              /* the debug mode's tables and quarantines, malloc's (api/)
+	                            and the caches' (cache/): leaves, never held together */
 	RANK_MAX
 };
 #if USLAB_ASSERTS >= 1

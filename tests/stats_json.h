@@ -120,7 +120,7 @@ static inline long stats_cache_get(const char *name_json, const char *key)
 /* The parts of the account of committed memory (docs/stats.md, "Where the
  * committed memory is"): together, total_committed_bytes. */
 static const char *const stats_account_parts[] = {
-	"objects_bytes", "slab_free_bytes", "large_bytes", "large_kept_bytes", "huge_bytes",
+	"objects_bytes", "cached_bytes", "slab_free_bytes", "large_bytes", "large_kept_bytes", "huge_bytes",
 	"huge_cached_bytes", "startup_arena_cut_bytes", "dirty_bytes", "segment_header_bytes",
 	"metadata_bytes",
 };

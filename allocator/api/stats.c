@@ -124,6 +124,7 @@ struct row {
 	size_t slabs, partial_slabs;
 	long live;                     /* objects, or blocks (large, huge) */
 	size_t memory, used;
+	size_t cached;                 /* free slots on the reporting thread's own lists */
 	long stat[NR_CACHE_STATS];
 };
 
@@ -131,6 +132,7 @@ struct report {
 	const char *origin;            /* "exit", "call", "signal" */
 	struct seg_account seg;
 	size_t objects_bytes;          /* slab slots counted in use: inuse x stride */
+	size_t cached_bytes;           /* free slots on the reporting thread's own lists */
 	size_t huge_blocks, huge_bytes, huge_kept, arena_cut, arena_live;
 	size_t meta_mapped, meta_committed;   /* metadata outside segments */
 	size_t mapped;                 /* segments mapped + what the arena has cut */
@@ -144,6 +146,14 @@ static size_t report_total(const struct report *r)
 {
 	return r->seg.committed_bytes + r->huge_bytes + r->huge_kept + r->arena_cut +
 	       r->meta_committed;
+}
+
+/* The slabs' bytes neither in use nor cached by the reporting thread. */
+static size_t report_slab_free(const struct report *r)
+{
+	size_t taken = r->objects_bytes + r->cached_bytes;
+
+	return r->seg.slab_bytes > taken ? r->seg.slab_bytes - taken : 0;
 }
 
 static bool row_before(const struct row *a, const struct row *b)
@@ -241,6 +251,7 @@ static void cache_row(const struct cache_report *c, void *arg)
 	w->live = c->live_objects;
 	w->memory = c->slabs * c->slab_bytes;
 	w->used = (size_t)(c->live_objects > 0 ? c->live_objects : 0) * c->object_size;
+	w->cached = (size_t)(c->cached_objects > 0 ? c->cached_objects : 0) * c->object_size;
 	memcpy(w->stat, c->stat, sizeof(w->stat));
 	r->ncaches++;
 }
@@ -261,10 +272,14 @@ static bool report_gather(struct report *r, const char *origin)
 	report_totals(r, NULL, false);
 	/* objects in use as the rows count them: the reporting thread's cached
 	 * objects are free, other threads' count as live (docs/stats.md) */
-	for (size_t i = 0; i < r->nrows; i++)
+	for (size_t i = 0; i < r->nrows; i++) {
 		r->objects_bytes += r->rows[i].used;
+		r->cached_bytes += r->rows[i].cached;
+	}
 	if (r->objects_bytes > r->seg.slab_bytes)   /* rows and walk a moment apart */
 		r->objects_bytes = r->seg.slab_bytes;
+	if (r->cached_bytes > r->seg.slab_bytes - r->objects_bytes)
+		r->cached_bytes = r->seg.slab_bytes - r->objects_bytes;
 	rows_add_blocks(r);
 	rows_sort(r->rows, r->nrows);
 	return true;
@@ -282,7 +297,7 @@ static void write_account(struct out *o, const struct report *r)
 	char b[HUMAN_LEN], p[HUMAN_LEN], extra[HUMAN_LEN];   /* one buffer per argument */
 	size_t total = report_total(r);
 	const struct seg_account *a = &r->seg;
-	size_t slab_free = a->slab_bytes > r->objects_bytes ? a->slab_bytes - r->objects_bytes : 0;
+	size_t slab_free = report_slab_free(r);
 
 #define LINE(label, bytes, fmt, ...)                                                         \
 	out_printf(o, "  %-22s %12s %6s  " fmt "\n", label, human(b, bytes),               \
@@ -290,6 +305,8 @@ static void write_account(struct out *o, const struct report *r)
 	out_printf(o, "  %-22s %12s %6s  %s\n", "memory committed", human(b, total), "100%",
 		   "where it is:");
 	LINE("objects in use", r->objects_bytes, "%s", "live objects in slabs");
+	LINE("cached by threads", r->cached_bytes, "%s",
+	     "free objects the reporting thread holds for its next allocations");
 	LINE("free in slabs", slab_free, "%s", "free object slots and slab tails");
 	LINE("large blocks", a->large_bytes, "%zu live, of 32 KiB to 2 MiB each", a->large_runs);
 	LINE("large, kept", a->kept_bytes, "%s", "freed large blocks threads keep for reuse");
@@ -492,12 +509,12 @@ static void write_json(struct out *o, const struct report *r)
 		   r->mapped, a->committed_bytes, r->in_use, r->huge_blocks, r->huge_bytes,
 		   r->huge_kept, r->arena_cut, r->arena_live, a->large_runs, a->segments);
 	out_printf(o, "  \"total_committed_bytes\": %zu,\n  \"objects_bytes\": %zu,\n"
+		      "  \"cached_bytes\": %zu,\n"
 		      "  \"slab_free_bytes\": %zu,\n  \"large_bytes\": %zu,\n"
 		      "  \"large_kept_bytes\": %zu,\n  \"dirty_bytes\": %zu,\n"
 		      "  \"segment_header_bytes\": %zu,\n  \"metadata_bytes\": %zu,\n"
 		      "  \"unused_mapped_bytes\": %zu,\n  \"metadata_mapped_bytes\": %zu,\n",
-		   report_total(r), r->objects_bytes,
-		   a->slab_bytes > r->objects_bytes ? a->slab_bytes - r->objects_bytes : 0,
+		   report_total(r), r->objects_bytes, r->cached_bytes, report_slab_free(r),
 		   a->large_bytes, a->kept_bytes, a->dirty_bytes, a->header_bytes,
 		   r->meta_committed, a->clean_bytes, r->meta_mapped);
 	out_printf(o, "  \"caches\": [");

@@ -214,6 +214,8 @@ struct cache_report {
 	size_t size, object_size, objects_per_slab, slab_bytes;
 	size_t slabs, partial_slabs;
 	long live_objects;
+	long cached_objects;   /* free, on the calling thread's own lists (its
+				  cpu freelist, its slabs' owner-local lists) */
 	long stat[NR_CACHE_STATS];
 };
 void caches_for_each_report(void (*fn)(const struct cache_report *, void *), void *arg);

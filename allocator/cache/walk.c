@@ -318,6 +318,7 @@ static void cache_report(struct uslab_cache *s, struct cache_report *r)
 		long left = own_private_objects(s);
 
 		r->live_objects -= left;
+		r->cached_objects = left + w.own_local;
 		struct remote_msg *m = *heap_outbox(h, s->id);
 
 		if (m)   /* freed, not counted yet */

@@ -67,7 +67,7 @@ assert d["report"] == "signal", d.get("report")
 assert d["pid"] == int(sys.argv[2]), d["pid"]
 assert d["large_blocks"] >= 100, d["large_blocks"]
 assert d["large_bytes"] >= 100 * 100000, d["large_bytes"]
-parts = ("objects_bytes", "slab_free_bytes", "large_bytes", "large_kept_bytes", "huge_bytes",
+parts = ("objects_bytes", "cached_bytes", "slab_free_bytes", "large_bytes", "large_kept_bytes", "huge_bytes",
          "huge_cached_bytes", "startup_arena_cut_bytes", "dirty_bytes", "segment_header_bytes",
          "metadata_bytes")
 assert sum(d[k] for k in parts) == d["total_committed_bytes"], "the account does not add up"

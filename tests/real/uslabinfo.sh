@@ -43,7 +43,7 @@ check_table() {
 		real_bad "$what: no summary line"; real_show "$f" output; return
 	fi
 	if ! grep -qE "^  memory committed +$SIZE +100% " "$f" ||
-		[ "$(grep -cE "^  (objects in use|free in slabs|large blocks|large, kept|huge blocks|huge, kept|start-up arena|free, not returned|segment headers|metadata) +$SIZE " "$f")" != 10 ]; then
+		[ "$(grep -cE "^  (objects in use|cached by threads|free in slabs|large blocks|large, kept|huge blocks|huge, kept|start-up arena|free, not returned|segment headers|metadata) +$SIZE " "$f")" != 11 ]; then
 		real_bad "$what: no account of the committed memory"; real_show "$f" output; return
 	fi
 	if ! grep -qE "$HEADER_RE" "$f"; then
@@ -136,7 +136,7 @@ root = ET.parse(sys.argv[1]).getroot()
 polygons = [e for e in root.iter() if e.tag.endswith("polygon")]
 titles = [e.text for p in polygons for e in p if e.tag.endswith("title")]
 texts = " ".join(e.text or "" for e in root.iter() if e.tag.endswith("text"))
-assert len(polygons) == 10 and "metadata" in titles and "objects in use" in titles, titles
+assert len(polygons) == 11 and "metadata" in titles and "objects in use" in titles, titles
 assert "seconds, 3 reports" in texts and "over time" in texts, texts[:200]
 for p in polygons:   # a band is 3 points on top, 3 below
     assert len(p.get("points").split()) == 6, p.get("points")' "$svg"; then

@@ -437,6 +437,33 @@ static void test_table(void)
  * Large blocks have a row of their own (100 live malloc(100000) show up),
  * and the account of committed memory adds up, in the JSON and the table.
  */
+/* Objects this thread freed and keeps for its next allocations are "cached
+ * by threads", neither in use nor free in slabs; flushing gives them back. */
+static void test_cached(void)
+{
+	struct uslab_cache *c = uslab_cache_create("stats-cached", 256, 0, 0, NULL);
+	void *p[200];
+
+	REQUIRE(c);
+	for (int i = 0; i < 200; i++)
+		REQUIRE((p[i] = uslab_cache_alloc(c)) != NULL);
+	for (int i = 0; i < 200; i++)
+		uslab_cache_free(c, p[i]);
+	char *json = stats_json_dump();
+	REQUIRE(json);
+	long cached = stats_json_top(json, "cached_bytes");
+	CHECK(cached >= 200 * 256L);
+	CHECK_EQ(stats_account_sum(json), stats_json_top(json, "total_committed_bytes"));
+	free(json);
+	uslab_thread_flush();
+	json = stats_json_dump();
+	REQUIRE(json);
+	CHECK(stats_json_top(json, "cached_bytes") < cached);
+	CHECK_EQ(stats_account_sum(json), stats_json_top(json, "total_committed_bytes"));
+	free(json);
+	CHECK_EQ(uslab_cache_destroy(c), 0);
+}
+
 static void test_blocks_and_account(void)
 {
 	struct table_row rows[128], total;
@@ -648,6 +675,7 @@ int main(void)
 	test_kmalloc();
 	test_table();
 	test_blocks_and_account();
+	test_cached();
 	test_verbose();
 	test_top_level();
 	test_name_escaping();

@@ -55,7 +55,8 @@ static struct huge *huge_find(uintptr_t a)
 static bool huge_grow(void)
 {
 	size_t cap = !huge_cap ? 256 : huge_used * 4 >= huge_cap ? huge_cap * 2 : huge_cap;
-	struct huge *tab = os_map_aligned(cap * sizeof(*tab), os_page_size()), *old = huge_tab;
+	/* metadata memory: counted in the statistics' account of it */
+	struct huge *tab = meta_alloc(cap * sizeof(*tab)), *old = huge_tab;
 
 	if (!tab)
 		return false;
@@ -69,7 +70,7 @@ static bool huge_grow(void)
 	}
 	huge_tab = tab;
 	if (old)
-		os_unmap(old, huge_cap * sizeof(*old));
+		meta_free(old, huge_cap * sizeof(*old));
 	huge_cap = cap;
 	huge_tomb = 0;
 	return true;

@@ -129,6 +129,16 @@ static noinline cold void free_freed(const void *p, const char *call)
 	uslab_fatal(call, p, strcmp(call, "malloc_usable_size") ? "double free" : "invalid pointer");
 }
 
+/* No block starts at p: the layer above's if its stray hook takes p
+ * (kmalloc.h), else invalid. */
+static void free_stray(void *p, const char *call)
+{
+	bool (*hook)(void *, const char *) = READ_ONCE(kdiv.stray);
+
+	if (!hook || !hook(p, call))
+		free_invalid(p, call);
+}
+
 /* free of anything but a small object: large run, huge block, or garbage. */
 void free_nonsmall(void *p, struct slab *slab, const char *call)
 {
@@ -136,7 +146,7 @@ void free_nonsmall(void *p, struct slab *slab, const char *call)
 		uint8_t kind = SLAB_KIND_LARGE;
 
 		if ((uintptr_t)p != slab->base)
-			free_invalid(p, call);
+			return free_stray(p, call);
 		/* claim the block: a second free of it finds the kind changed.
 		 * acq_rel: acquires the release that handed the run out
 		 * (large_alloc) and releases this free to a racing second one */
@@ -148,7 +158,7 @@ void free_nonsmall(void *p, struct slab *slab, const char *call)
 	if (!huge_free(p)) {
 		if (huge_was_freed(p))
 			free_freed(p, call);
-		free_invalid(p, call);
+		free_stray(p, call);
 	}
 }
 
@@ -180,6 +190,11 @@ void kmalloc_divert(void *(*malloc_hook)(size_t, const void *),
 	WRITE_ONCE(kdiv.mid_lim, malloc_hook ? 0 : KMALLOC_MID_LIM);
 }
 
+void kmalloc_divert_stray(bool (*hook)(void *, const char *))
+{
+	WRITE_ONCE(kdiv.stray, hook);
+}
+
 noinline void kfree_slow(void *p, const char *call, const void *site)
 {
 	void (*hook)(void *, const char *, const void *) = READ_ONCE(kdiv.free);
@@ -203,7 +218,7 @@ void kfree_direct(void *p, const char *call)
 	}
 	struct uslab_cache *s = READ_ONCE(slab->cache);
 	if (unlikely(!s || !object_offset_valid(s->obj_magic, s->obj_limit, (uintptr_t)p - slab->base)))
-		free_invalid(p, call);
+		return free_stray(p, call);
 	if (unlikely(!(s->flags & CACHE_MALLOC)))
 		uslab_fatal(call, p, "pointer from uslab_cache_alloc");
 	if (unlikely(free_marked(p)))

@@ -109,14 +109,18 @@ void *malloc_large_or_huge(size_t n, size_t align, bool *zeroed);
  * frees are diverted too, segments are registered REG_DIVERTED, so every
  * kfree reaches kfree_slow and calls the free hook. The hooks make their own
  * blocks with kmalloc_direct and kfree_direct, which ignore the divert.
- * Set up by the layer above before the program's threads (kmalloc_divert);
- * plain loads.
+ * A mode that diverts malloc alone may hand out blocks that no kmalloc
+ * block starts at (the profiler's, inside one): kfree's fast path refuses
+ * them, and kfree_direct asks the stray hook before calling a pointer
+ * invalid. Set up by the layer above before the program's threads
+ * (kmalloc_divert, kmalloc_divert_stray); plain loads.
  */
 struct kmalloc_divert {
 	size_t small_lim;        /* kmalloc serves n < small_lim from kmalloc_small_off */
 	size_t mid_lim;          /* ... n < mid_lim from kmalloc_big_class */
 	void *(*malloc)(size_t n, const void *site);                 /* NULL: not diverted */
 	void (*free)(void *p, const char *call, const void *site);   /* NULL: not diverted */
+	bool (*stray)(void *p, const char *call);   /* true: took p, at no block's start */
 };
 extern struct kmalloc_divert kdiv;   /* starts at the layer above's hooks (api/layout.c) */
 #define KMALLOC_SMALL_LIM ((size_t)1024 + 1)
@@ -125,6 +129,9 @@ extern struct kmalloc_divert kdiv;   /* starts at the layer above's hooks (api/l
  * hooks->free is set, every free to it. */
 void kmalloc_divert(void *(*malloc_hook)(size_t, const void *),
 		    void (*free_hook)(void *, const char *, const void *));
+/* Ask hook (NULL: nobody) about every pointer kfree_direct finds no block
+ * starting at, before it aborts with "invalid pointer". */
+void kmalloc_divert_stray(bool (*hook)(void *, const char *));
 extern bool kmalloc_startup;                  /* the start-up classes serve (classes.c) */
 void kmalloc_startup_end(void);               /* ... no longer */
 
@@ -213,7 +220,8 @@ static inline void *large_or_huge_at(size_t n, const void *site)
 /* The hooks' own blocks: never diverted. */
 static __always_inline void *kmalloc_direct(size_t n)
 {
-	static const struct kmalloc_divert fixed = { KMALLOC_SMALL_LIM, KMALLOC_MID_LIM, NULL, NULL };
+	static const struct kmalloc_divert fixed = { .small_lim = KMALLOC_SMALL_LIM,
+						     .mid_lim = KMALLOC_MID_LIM };
 
 	return kmalloc_with(n, &fixed, large_or_huge_at);
 }

@@ -2,8 +2,9 @@
 /*
  * api.h - the top layer: the malloc family under uslab_ names (malloc.c),
  * the standard names for LD_PRELOAD (override.c), process life - start-up
- * and fork (process.c), the statistics report (stats.c), and where the big
- * zero arrays of every layer live (layout.c).
+ * and fork (process.c), the statistics report (stats.c), the debug mode
+ * (debug.c), the heap profiler (prof.c), and where the big zero arrays of
+ * every layer live (layout.c).
  */
 #ifndef USLAB_API_H
 #define USLAB_API_H
@@ -36,6 +37,28 @@ void *debug_realloc(void *p, size_t size, const void *site);
 size_t debug_usable_size(void *p);
 #define DEBUG_SITE __builtin_return_address(0)
 bool uslab_fork_took_locks_(void);     /* process.c: for tests */
+
+/* prof.c: USLAB_PROF=1, the heap profiler. prof_on is written once, by a
+ * constructor before the program's threads, after the debug mode's choice
+ * (which wins); plain loads. malloc and free do not test it: kmalloc is
+ * diverted to the profiler's hook, and a sampled block, which no kmalloc
+ * block starts at, reaches it through kfree_direct's stray hook (kmalloc.h).
+ * The other entry points test it with one compare: calloc's large blocks,
+ * memalign's over-aligned ones and realloc's growth in place are counted
+ * with prof_sample_due (true: make the block with prof_alloc, or record
+ * the growth with prof_grown); realloc and malloc_usable_size of a sampled
+ * block (prof_owns) go to prof.c. */
+extern bool prof_on;
+static inline bool prof_active(void)
+{
+	return unlikely(prof_on);
+}
+bool prof_sample_due(size_t n);
+void *prof_alloc(size_t n, size_t align, bool zero, const void *site);
+bool prof_owns(const void *p);
+void *prof_realloc(void *p, size_t n, const void *site);
+void prof_grown(size_t growth, const void *site);
+size_t prof_usable_size(const void *p);
 
 #pragma GCC visibility pop
 

@@ -42,6 +42,9 @@ USLAB_API void *uslab_calloc(size_t n, size_t m)
 	if (bytes > SMALL_MAX) {
 		bool zeroed = false;
 
+		if (prof_active() && prof_sample_due(bytes))
+			return prof_alloc(bytes, 0, true, DEBUG_SITE);
+
 		p = malloc_large_or_huge(bytes, 0, &zeroed);
 		if (p && !zeroed)
 			memset(p, 0, bytes);
@@ -65,8 +68,13 @@ USLAB_API void *uslab_realloc(void *p, size_t n)
 		kfree(p, "realloc");
 		return NULL;
 	}
+	if (prof_active() && prof_owns(p))
+		return prof_realloc(p, n, DEBUG_SITE);
 	size_t have = kmalloc_usable_size(p, "realloc");
 	q = kmalloc_resize(p, n, have);
+	/* grown in place: the growth counts as bytes allocated */
+	if (q && n > have && prof_active() && prof_sample_due(n - have))
+		prof_grown(n - have, DEBUG_SITE);
 	if (q)
 		return q;
 	q = kmalloc(n);
@@ -109,6 +117,8 @@ static void *memalign_at(size_t align, size_t n, const char *call, const void *s
 		return debug_alloc(n, align, false, call, site);
 	if (align <= 16)   /* every class is a multiple of 16 */
 		return kmalloc(n);
+	if (prof_active() && prof_sample_due(n))
+		return prof_alloc(n, align, false, site);
 	return kmalloc_aligned(align, n);
 }
 
@@ -159,6 +169,8 @@ USLAB_API size_t uslab_malloc_usable_size(void *p)
 {
 	if (debug_active())
 		return debug_usable_size(p);
+	if (prof_active() && p && prof_owns(p))
+		return prof_usable_size(p);
 	return kmalloc_usable_size(p, "malloc_usable_size");
 }
 

@@ -164,6 +164,14 @@ size_t uslab_mapped_bytes(void);
 void uslab_stats_print(FILE *out);
 void uslab_stats_json(FILE *out);
 
+/* ---- heap profiling (docs/profiling.md) -----------------------------------
+ * With USLAB_PROF=1: write the heap profile now (gperftools' text format,
+ * which google-pprof and jeprof read) to path - %p in it becomes the process
+ * id, %n the dump's number - or, path NULL, where USLAB_PROF_FILE says.
+ * Returns 0, -EINVAL when the profiler is off, or the negative errno of
+ * the failed write. */
+int uslab_prof_dump(const char *path);
+
 /* ---- the inline fast paths ------------------------------------------------
  * uslab_cache_alloc and uslab_cache_free are also defined here, inline, so an
  * allocation or a free of the calling thread's active slab costs a handful of

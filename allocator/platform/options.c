@@ -108,6 +108,11 @@ static void warn(const char *what, const char *entry, const char *why)
 		return;
 }
 
+void options_warn_ignored(const char *entry, const char *why)
+{
+	warn("option", entry, why);
+}
+
 static bool parse_long(const char *s, long *out, bool suffixes)
 {
 	char *end;

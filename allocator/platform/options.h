@@ -61,7 +61,23 @@
 	  "(docs/security.md)")                                                              \
 	X(DEBUG_QUARANTINE, "USLAB_DEBUG_QUARANTINE", SIZE, 16 << 20,                        \
 	  "with USLAB_DEBUG=1: bytes of freed blocks held back from reuse, oldest out first " \
-	  "(the malloc family's, and each cache's own)")
+	  "(the malloc family's, and each cache's own)")                                      \
+	X(PROF, "USLAB_PROF", BOOL, 0,                                                       \
+	  "the heap profiler: sample the malloc family's blocks, one per USLAB_PROF_SAMPLE "  \
+	  "bytes allocated on average, record their call stacks, and write a heap profile "   \
+	  "that google-pprof and jeprof read, at exit, on USLAB_PROF_SIGNAL and on "          \
+	  "uslab_prof_dump() (docs/profiling.md); USLAB_DEBUG=1 takes precedence")          \
+	X(PROF_SAMPLE, "USLAB_PROF_SAMPLE", SIZE, 512 << 10,                                 \
+	  "with USLAB_PROF=1: the mean number of bytes allocated between two samples, "      \
+	  "exponentially distributed (1: every block)")                                      \
+	X(PROF_FILE, "USLAB_PROF_FILE", STR, 0,                                              \
+	  "with USLAB_PROF=1: where the heap profile is written (%p in it: the process id, " \
+	  "%n: the dump's number); unset: uslab.%p.heap in the working directory")          \
+	X(PROF_SIGNAL, "USLAB_PROF_SIGNAL", SIGNAL, 0,                                       \
+	  "with USLAB_PROF=1: on this signal, write the heap profile")                       \
+	X(PROF_TOP, "USLAB_PROF_TOP", INT, 10,                                               \
+	  "with USLAB_PROF=1: at exit, print on stderr this many allocation sites with the " \
+	  "most bytes allocated, and as many holding the most bytes still live (0: none)")
 
 enum option_id {
 #define X(id, env, type, dflt, doc) OPT_##id,
@@ -78,6 +94,9 @@ void options_init(void);   /* idempotent; the first call reads the environment *
 /* After options_init, from the library constructor: if it warned, set
  * USLAB_WARNED so that child processes do not repeat the warnings. */
 void options_mark_warned(void);
+/* A warning about entry ("USLAB_X=v"), ignored for why, once per process
+ * tree like the parser's (call options_mark_warned after). */
+void options_warn_ignored(const char *entry, const char *why);
 void options_parse_entry(const char *entry);   /* tests: one "USLAB_X=v" */
 void options_reset(void);                      /* tests: back to the defaults */
 void options_forget(void);                     /* tests: defaults, and read again */

@@ -524,9 +524,13 @@ static void prof_lock_take(void)
 /*
  * Let go of prof_lock, after writing the profile a signal asked for while
  * it was held (prof_signal). A signal that comes after the last look finds
- * the lock free, or taken by a thread that will look again.
+ * the lock free, or taken by a thread that will look again. ranked: the
+ * lock was taken with lock_ranked; the handler's trylock was not, since
+ * the lock order's bookkeeping is plain per-thread counters that the
+ * interrupted thread may be in the middle of updating (a debug build
+ * aborted so), and a trylock cannot deadlock.
  */
-static void prof_unlock(void)
+static void prof_unlock_as(bool ranked)
 {
 	char path[PROF_PATH];
 
@@ -536,11 +540,20 @@ static void prof_unlock(void)
 		/* acq_rel: pairs with the handler's release of 1 */
 		while (READ_ONCE(prof_pending) && try_cmpxchg_acq_rel(&prof_pending, &asked, 0))
 			dump_locked(profile_pattern(), path), asked = 1;
-		unlock_ranked(&prof_lock, RANK_DEBUG);
+		if (ranked)
+			unlock_ranked(&prof_lock, RANK_DEBUG);
+		else
+			mutex_unlock(&prof_lock);
 		if (!READ_ONCE(prof_pending) || !mutex_trylock(&prof_lock))
 			return;
-		lock_rank_acquire(RANK_DEBUG);
+		if (ranked)
+			lock_rank_acquire(RANK_DEBUG);
 	}
+}
+
+static void prof_unlock(void)
+{
+	prof_unlock_as(true);
 }
 
 static void prof_signal(int sig)
@@ -549,10 +562,8 @@ static void prof_signal(int sig)
 
 	(void)sig;
 	smp_store_release(&prof_pending, 1);   /* release: pairs with prof_unlock's acq_rel */
-	if (mutex_trylock(&prof_lock)) {       /* else the holder writes it */
-		lock_rank_acquire(RANK_DEBUG);
-		prof_unlock();
-	}
+	if (mutex_trylock(&prof_lock))         /* else the holder writes it */
+		prof_unlock_as(false);
 	errno = saved;
 }
 
@@ -659,6 +670,16 @@ void *prof_alloc(size_t n, size_t align, bool zero, const void *site)
 	return user;
 }
 
+/* prof_malloc_call's count reached n: the thread's first interval drawn,
+ * or the block sampled. Apart, so that the hook's usual way saves no
+ * register. */
+static noinline void *prof_malloc_due(size_t n, const void *site)
+{
+	if (!prof_sample_due(n))
+		return kmalloc_direct(n);
+	return prof_alloc(n, 0, false, site);
+}
+
 /* malloc's way in while the profiler is on (kdiv.malloc). */
 static void *prof_malloc_call(size_t n, const void *site)
 {
@@ -668,9 +689,7 @@ static void *prof_malloc_call(size_t n, const void *site)
 		prof_left = left - n;
 		return kmalloc_direct(n);
 	}
-	if (!prof_sample_due(n))   /* the thread's first interval, just drawn */
-		return kmalloc_direct(n);
-	return prof_alloc(n, 0, false, site);
+	return prof_malloc_due(n, site);
 }
 
 /* Whether p may be a sampled block, without the lock: a block's bucket is

@@ -145,12 +145,7 @@ void *debug_alloc(size_t size, size_t align, bool zero, const char *call, const 
 
 	struct debug_record r = { (uintptr_t)user, (uintptr_t)base, size, site, NULL, NULL,
 				  (uint32_t)front, DEBUG_LIVE };
-	lock_ranked(&debug_lock, RANK_DEBUG);
-	bool room = debug_table_reserve(&table);
-	if (room)
-		debug_insert(&table, &r);
-	unlock_ranked(&debug_lock, RANK_DEBUG);
-	if (!room) {
+	if (!debug_table_add(&table, &debug_lock, &r)) {
 		kfree_direct(base, call);
 		errno = ENOMEM;
 		return NULL;

@@ -77,7 +77,7 @@ struct debug_record *debug_lookup(struct debug_table *t, uintptr_t user)
 	}
 }
 
-void debug_insert(struct debug_table *t, const struct debug_record *r)
+static void debug_insert(struct debug_table *t, const struct debug_record *r)
 {
 	size_t i = slot_of(t, r->user);
 
@@ -87,7 +87,8 @@ void debug_insert(struct debug_table *t, const struct debug_record *r)
 	t->used++;
 }
 
-bool debug_table_reserve(struct debug_table *t)
+/* room for one more */
+static bool debug_table_reserve(struct debug_table *t)
 {
 	if (t->slot && (t->used + 1) * 2 <= t->cap)
 		return true;
@@ -104,6 +105,16 @@ bool debug_table_reserve(struct debug_table *t)
 	if (old.slot)
 		os_unmap(old.slot, old.cap * sizeof(*old.slot));
 	return true;
+}
+
+bool debug_table_add(struct debug_table *t, mutex_t *lock, const struct debug_record *r)
+{
+	lock_ranked(lock, RANK_DEBUG);
+	bool room = debug_table_reserve(t);
+	if (room)
+		debug_insert(t, r);
+	unlock_ranked(lock, RANK_DEBUG);
+	return room;
 }
 
 /* Remove r, shifting the records after it back (no tombstones). */
@@ -464,12 +475,7 @@ void *cache_debug_alloc(struct uslab_cache *s, const void *site)
 		memset(user, DEBUG_NEW_BYTE, s->size);
 	memset(user + s->size, DEBUG_RZ_BYTE, s->fp_offset - front - s->size);
 
-	lock_ranked(&cdebug_lock, RANK_DEBUG);
-	bool room = debug_table_reserve(&table);
-	if (room)
-		debug_insert(&table, &r);
-	unlock_ranked(&cdebug_lock, RANK_DEBUG);
-	if (!room) {
+	if (!debug_table_add(&table, &cdebug_lock, &r)) {
 		if (!d->ctor)
 			memset(user, DEBUG_FREE_BYTE, s->size);
 		cache_free_fast(s, slot);

@@ -48,8 +48,8 @@ struct debug_table {
 	size_t cap, used;
 };
 struct debug_record *debug_lookup(struct debug_table *t, uintptr_t user);
-bool debug_table_reserve(struct debug_table *t);      /* room for one more */
-void debug_insert(struct debug_table *t, const struct debug_record *r);
+/* r into t under lock (RANK_DEBUG); false: no memory for the room */
+bool debug_table_add(struct debug_table *t, mutex_t *lock, const struct debug_record *r);
 void debug_erase(struct debug_table *t, struct debug_record *r);
 
 /* The quarantine: a FIFO of user pointers and the bytes they stand for. */

@@ -32,6 +32,7 @@
 #include <dlfcn.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <uslab.h>
 
 #define CASE_ENV "USLAB_TEST_PROF_CASE"
@@ -334,12 +335,12 @@ static void case_leak(void)
 
 /* ---- signal ------------------------------------------------------------------------------------------ */
 
-static volatile int stop;
+static atomic_int stop;   /* the main thread ends the sampler with it */
 
 static void *sample_all_the_time(void *arg)
 {
 	(void)arg;
-	while (!stop)
+	while (!atomic_load_explicit(&stop, memory_order_relaxed))
 		uslab_free(site_a(64));
 	return NULL;
 }
@@ -380,7 +381,7 @@ static void case_signal(void)
 			test_sleep_ms(1);
 		CHECK(profile_whole(i));
 	}
-	stop = 1;
+	atomic_store_explicit(&stop, 1, memory_order_relaxed);
 	REQUIRE(pthread_join(t, NULL) == 0);
 	uslab_free(keep);
 }

@@ -99,8 +99,8 @@ void *kmalloc_beyond(size_t n, const void *site);
 void *malloc_large_or_huge(size_t n, size_t align, bool *zeroed);
 
 /*
- * Diverting malloc and free to a mode of the layer above (the debug mode;
- * also the state before that layer has read its options). The inline paths
+ * Diverting malloc and free to a mode of the layer above (the debug mode,
+ * the profiler; also the state before that layer has read its options). The inline paths
  * compare a request with two limits kept in memory rather than with
  * constants, and take a free only from a segment whose registry byte is
  * REG_FAST: not diverted, that costs nothing (a compare with memory instead
@@ -125,8 +125,8 @@ struct kmalloc_divert {
 extern struct kmalloc_divert kdiv;   /* starts at the layer above's hooks (api/layout.c) */
 #define KMALLOC_SMALL_LIM ((size_t)1024 + 1)
 #define KMALLOC_MID_LIM   ((size_t)SMALL_MAX + 1)
-/* Divert malloc to hooks->malloc (NULL: serve it here again) and, when
- * hooks->free is set, every free to it. */
+/* Divert malloc to malloc_hook (NULL: serve it here again) and, when
+ * free_hook is set, every free to it. */
 void kmalloc_divert(void *(*malloc_hook)(size_t, const void *),
 		    void (*free_hook)(void *, const char *, const void *));
 /* Ask hook (NULL: nobody) about every pointer kfree_direct finds no block

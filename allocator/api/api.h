@@ -14,6 +14,10 @@
 #pragma GCC visibility push(hidden)
 
 void stats_init(void);                 /* stats.c: the signal, if any */
+/* stats.c: bytes with a binary unit and one decimal ("512 B", "3.5 MiB"),
+ * from integers only (a signal handler may format them) */
+#define HUMAN_LEN 48
+const char *human(char buf[HUMAN_LEN], size_t n);
 
 /* debug.c: USLAB_DEBUG=1. debug_mode is -1 until the option is read
  * (debug_resolve: by a constructor, before the program's threads, or by an

@@ -70,9 +70,9 @@
  */
 #define _GNU_SOURCE
 #include "api.h"
+#include "debug.h"
 #include "options.h"
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <execinfo.h>
 #include <fcntl.h>
@@ -834,35 +834,6 @@ struct site_sum {
 	uint64_t live_samples;
 };
 
-/* site named as the debug mode's reports name one: "prog(function+0x1c)",
- * "libfoo.so+0x1234" (no symbol), or the bare address */
-static void prof_site_name(const void *site, char *buf, size_t size)
-{
-	Dl_info in;
-	uintptr_t pc = (uintptr_t)site;
-
-	if (!dladdr(site, &in) || !in.dli_fname) {
-		snprintf(buf, size, "%p", site);
-		return;
-	}
-	const char *slash = strrchr(in.dli_fname, '/'), *file = slash ? slash + 1 : in.dli_fname;
-	bool sym = in.dli_sname && in.dli_saddr;
-	uintptr_t from = sym ? (uintptr_t)in.dli_saddr : (uintptr_t)in.dli_fbase;
-
-	snprintf(buf, size, sym ? "%s(%s+0x%lx)" : "%s%s+0x%lx", file, sym ? in.dli_sname : "",
-		 (unsigned long)(pc - from));
-}
-
-static void human(double bytes, char *buf, size_t size)
-{
-	static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB" };
-	unsigned u = 0;
-
-	while (bytes >= 1024 && u < 4)
-		bytes /= 1024, u++;
-	snprintf(buf, size, u ? "%.1f %s" : "%.0f %s", bytes, unit[u]);
-}
-
 /* The sites, summed from every stack's counters into a table of their own
  * (open addressing by site; *nsites set), or NULL. Taken under the lock,
  * so the table is mapped first. */
@@ -929,7 +900,7 @@ static size_t sites_top(struct site_sum *t, size_t cap, size_t top, size_t field
 static void summary_rows(struct prof_out *o, struct site_sum *t, size_t n, size_t top, bool live)
 {
 	double total = 0;
-	char amount[32], name[256];
+	char amount[HUMAN_LEN], name[256];
 
 	for (size_t i = 0; i < n; i++)
 		total += live ? t[i].live_bytes : t[i].alloc_bytes;
@@ -939,8 +910,8 @@ static void summary_rows(struct prof_out *o, struct site_sum *t, size_t n, size_
 
 		if (bytes <= 0)
 			break;
-		human(bytes, amount, sizeof(amount));
-		prof_site_name(t[i].site, name, sizeof(name));
+		human(amount, (size_t)(bytes + 0.5));
+		debug_site_name(t[i].site, name, sizeof(name));
 		out_printf(o, "uslab:   %10s %5.1f %%  %10.0f blocks  %s\n", amount,
 			   total > 0 ? 100 * bytes / total : 0, count, name);
 	}
@@ -952,9 +923,9 @@ static void prof_summary(const char *path, int err)
 {
 	struct prof_out o = { .fd = 2 };
 	size_t top = (size_t)option(OPT_PROF_TOP), n, cap;
-	char mean[32], rate[64] = "every one", amount[32];
+	char mean[HUMAN_LEN], rate[96] = "every one", amount[HUMAN_LEN];
 
-	human((double)prof_mean, mean, sizeof(mean));
+	human(mean, (size_t)prof_mean);
 	if (prof_mean > 1)
 		snprintf(rate, sizeof(rate), "1 per %s allocated on average", mean);
 	if (err)
@@ -976,7 +947,7 @@ static void prof_summary(const char *path, int err)
 			live += t[i].live_bytes, blocks_live += t[i].live_blocks,
 				samples += t[i].live_samples;
 		if (samples) {
-			human(live, amount, sizeof(amount));
+			human(amount, (size_t)(live + 0.5));
 			out_printf(&o, "uslab: prof: leaks: %s in %.0f blocks live at exit (estimated "
 				       "from %llu sampled), by allocation site:\n", amount, blocks_live,
 				   (unsigned long long)samples);

@@ -72,11 +72,10 @@ static void out_printf(struct out *o, const char *fmt, ...)
 
 /* ---- numbers for people ------------------------------------------------------------ */
 
-#define HUMAN_LEN 48
 
 /* Bytes with a binary unit and one decimal, from integers only (the signal
  * path formats no floating point): "512 B", "16.0 KiB", "3.5 MiB". */
-static const char *human(char buf[HUMAN_LEN], size_t n)
+const char *human(char buf[HUMAN_LEN], size_t n)
 {
 	static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB" };
 	size_t div = 1;

@@ -216,7 +216,7 @@ const uint8_t *debug_first_not(const void *p, size_t n, uint8_t c)
 /* ---- reports -------------------------------------------------------------------------- */
 
 /* "prog(function+0x1c)", "libfoo.so+0x1234", or the bare address */
-static void site_name(const void *site, char *buf, size_t size)
+void debug_site_name(const void *site, char *buf, size_t size)
 {
 	Dl_info info;
 
@@ -260,9 +260,9 @@ noinline cold void debug_report(const char *call, const char *what, const struct
 	if (r->cache)
 		snprintf(cache, sizeof(cache), ", cache %s", r->cache->name);
 	if (r->site) {   /* none: a slot whose record is gone */
-		site_name(r->site, alloc, sizeof(alloc));
+		debug_site_name(r->site, alloc, sizeof(alloc));
 		if (r->state == DEBUG_FREED)
-			site_name(r->free_site, freed, sizeof(freed));
+			debug_site_name(r->free_site, freed, sizeof(freed));
 		snprintf(sites, sizeof(sites), ", allocated at %s%s%s", alloc,
 			 r->state == DEBUG_FREED ? ", freed at " : "",
 			 r->state == DEBUG_FREED ? freed : "");
@@ -349,7 +349,7 @@ void debug_leak_report(struct debug_table *t, mutex_t *lock, const struct uslab_
 		struct site_total t = sites[best];
 		sites[best] = sites[shown];
 		sites[shown] = t;
-		site_name(t.site, name, sizeof(name));
+		debug_site_name(t.site, name, sizeof(name));
 		if (t.cache)
 			debug_say("uslab:   %zu bytes in %zu object%s of cache %s "
 				  "allocated at %s\n", t.bytes, t.blocks, t.blocks == 1 ? "" : "s", t.cache->name, name);

@@ -80,6 +80,9 @@ const uint8_t *debug_first_not(const void *p, size_t n, uint8_t c);
 /* A line on stderr, formatted on the stack and written with write(2): the
  * heap may be what is broken. At most 511 bytes. */
 __attribute__((format(printf, 1, 2))) void debug_say(const char *fmt, ...);
+/* A call site as "file(function+0x1c)", "file+0x1234" (no exported symbol),
+ * the bare address (dladdr knows nothing), or "(unknown)" for NULL. */
+void debug_site_name(const void *site, char *buf, size_t size);
 
 /*
  * One line about r, then abort(): "uslab: call(): what <user>detail (size

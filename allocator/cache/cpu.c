@@ -400,16 +400,12 @@ void *cache_alloc_slow(struct uslab_cache *s)
 		return NULL;
 	}
 	stat_add(s, STAT_ALLOC_SLOW, 1);
-	if (unlikely(c->freelist)) {   /* a pop that finds an object, or refuses a bad one */
-		void *obj = uslab_cpu_pop_(cpu_fast(c), s->fp_offset, fp_key_get());
-
-		if (likely(obj))
-			return obj;
-		freelist_corrupt(s, c->freelist);
-	}
-	if (!cpu_refill(s, c))
+	if (!c->freelist && !cpu_refill(s, c))
 		return NULL;
-	return uslab_cpu_pop_(cpu_fast(c), s->fp_offset, fp_key_get());
+	void *obj = uslab_cpu_pop_(cpu_fast(c), s->fp_offset, fp_key_get());
+	if (unlikely(!obj))   /* the head is no address: the pop refused it */
+		freelist_corrupt(s, c->freelist);
+	return obj;
 }
 
 struct slab *object_slab(struct uslab_cache *s, void *obj, const char *call)

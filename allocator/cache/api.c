@@ -185,7 +185,7 @@ USLAB_API void uslab_cache_free_bulk(struct uslab_cache *cache, size_t n, void *
 	while (i < n) {
 		void *obj = objs[i];
 
-		if (!obj || (uintptr_t)obj - c->base < c->span) {
+		if (!obj || cpu_slab_holds(cache, c, obj)) {
 			uslab_cache_free(cache, obj);
 			i++;
 			continue;

@@ -29,8 +29,12 @@
 
 struct cpu_slab {
 	void *freelist;                /* private: only the owning thread */
-	uintptr_t base;                /* active slab's object area [base, base+span) */
-	uintptr_t span;                /* 0 when there is no active slab */
+	uintptr_t base;                /* active slab's first object */
+	uint64_t limit;                /* uslab.h's inline free takes obj when
+					  (obj - base) * s->obj_magic < limit: the
+					  cache's obj_limit, exact for its strides up
+					  to STRIDE_EXACT_MAX; 0 without an active slab
+					  or with bigger objects (cpu_slab_holds) */
 	struct slab *slab;             /* active (frozen) slab */
 	struct slab *partial;          /* frozen slabs held back, linked by ->next */
 	unsigned nr_partial;
@@ -48,12 +52,13 @@ _Static_assert(sizeof(struct cpu_slab) == 64, "one cpu slab per cache line");
 		       #T "." #f " moved: update " #U " in uslab.h")
 MIRRORS(struct cpu_slab, freelist, struct uslab_cpu_cache_, freelist);
 MIRRORS(struct cpu_slab, base, struct uslab_cpu_cache_, base);
-MIRRORS(struct cpu_slab, span, struct uslab_cpu_cache_, span);
+MIRRORS(struct cpu_slab, limit, struct uslab_cpu_cache_, limit);
 MIRRORS(struct cpu_slab, fast_frees, struct uslab_cpu_cache_, fast_frees);
 _Static_assert(sizeof(struct cpu_slab) == sizeof(struct uslab_cpu_cache_), "uslab_cpu_cache_ size");
 
 MIRRORS(struct uslab_cache, inline_offset, struct uslab_cache_fast_, inline_offset);
 MIRRORS(struct uslab_cache, fp_key, struct uslab_cache_fast_, fp_key);
+MIRRORS(struct uslab_cache, obj_magic, struct uslab_cache_fast_, obj_magic);
 
 /*
  * Remote frees by message (cache.c, docs/slab.md): a thread that frees
@@ -148,8 +153,8 @@ static inline struct mailbox *heap_inbox(struct thread_heap *h, unsigned id)
 	return id < STATIC_IDS ? &h->k_inbox[id] : &h->inbox[id - STATIC_IDS];
 }
 
-/* Exported (as uslab_tls_heap_v3_) for the inline fast paths in uslab.h. */
-extern __thread struct thread_heap *tls_heap __asm__("uslab_tls_heap_v3_")
+/* Exported (as uslab_tls_heap_v4_) for the inline fast paths in uslab.h. */
+extern __thread struct thread_heap *tls_heap __asm__("uslab_tls_heap_v4_")
 	__attribute__((tls_model("initial-exec"), visibility("default")));
 
 extern struct thread_heap empty_heap;   /* tls_heap of a thread without a heap */
@@ -234,8 +239,15 @@ void slab_free_cached(struct uslab_cache *s, struct slab *slab, void *obj);
 /*
  * Fast paths: uslab.h's, on the library's own cpu slab for s (an empty
  * static heap stands in for a thread that has none yet, so neither tests for
- * it: its freelist is NULL and its span 0, and both fall through).
+ * it: its freelist is NULL and its limit 0, and both fall through).
  */
+/* Whether p lies in c's active slab (at an object's start or not). */
+static inline bool cpu_slab_holds(const struct uslab_cache *s, const struct cpu_slab *c,
+				  const void *p)
+{
+	return c->slab && (uintptr_t)p - c->base < (uintptr_t)s->objects * s->stride;
+}
+
 static inline void *cache_alloc_fast(struct uslab_cache *s)
 {
 	void *obj = uslab_cpu_pop_(cpu_fast(this_cpu_slab(s)), s->fp_offset, fp_key_get());
@@ -249,7 +261,7 @@ static inline void cache_free_fast(struct uslab_cache *s, void *obj)
 {
 	struct cpu_slab *c = this_cpu_slab(s);
 
-	if (likely(uslab_cpu_push_(cpu_fast(c), obj, s->fp_offset, fp_key_get())))
+	if (likely(uslab_cpu_push_(cpu_fast(c), obj, s->fp_offset, fp_key_get(), &s->obj_magic)))
 		return;
 	cache_free_slow(s, c, obj);
 }

@@ -27,7 +27,7 @@ static void cpu_slab_activate(struct cpu_slab *c, struct uslab_cache *s, struct 
 	c->slab = slab;
 	c->freelist = freelist;
 	c->base = slab->base;
-	c->span = (uintptr_t)s->objects * s->stride;
+	c->limit = s->stride <= STRIDE_EXACT_MAX ? s->obj_limit : 0;
 }
 
 /* The slab is frozen for the calling thread's heap: from now on that
@@ -122,7 +122,7 @@ static void flush_foreign(struct uslab_cache *s, struct cpu_slab *c)
 
 	for (void *p = c->freelist, *next; p; p = next) {
 		next = fp_get(s, p);
-		if ((uintptr_t)p - c->base < c->span) {
+		if (cpu_slab_holds(s, c, p)) {
 			if (keep_tail)
 				fp_set(s, keep_tail, p);
 			else
@@ -170,7 +170,7 @@ static void cpu_slab_deactivate(struct uslab_cache *s, struct cpu_slab *c)
 	chain = c->freelist;   /* only the active slab's objects now: none without one */
 	c->slab = NULL;
 	c->freelist = NULL;
-	c->base = c->span = 0;
+	c->base = c->limit = 0;
 	/* one walk of the chain (at thread exit, a cache miss per object) */
 	cpu_stats_fold(s, c, slab ? slab_release(s, slab, chain) : 0, 0);
 }
@@ -357,7 +357,7 @@ static bool cpu_refill(struct uslab_cache *s, struct cpu_slab *c)
 			struct slab *dry = c->slab;
 
 			c->slab = NULL;
-			c->base = c->span = 0;
+			c->base = c->limit = 0;
 			cpu_partial_put_tail(s, c, dry);
 		}
 	}

@@ -19,7 +19,7 @@ extern "C" {
 #endif
 
 #define USLAB_VERSION_MAJOR 0
-#define USLAB_VERSION_MINOR 3
+#define USLAB_VERSION_MINOR 4
 
 /* ---- object caches ------------------------------------------------------ */
 
@@ -181,7 +181,7 @@ int uslab_prof_dump(const char *path);
  * caches made without a constructor; a cache with one keeps it after the
  * object, and its inline_offset names a cpu slab that is always empty.
  * Everything else (an empty freelist, an object of another slab, NULL, a
- * double free of the freelist head, a thread with no heap yet, a cache
+ * pointer inside an object, a double free of the freelist head, a thread with no heap yet, a cache
  * with a constructor) calls the
  * library's uslab_cache_alloc/uslab_cache_free (as uslab__cache_alloc and
  * uslab__cache_free), which repeat the fast path with its checks and take
@@ -212,7 +212,10 @@ int uslab_prof_dump(const char *path);
 /* may_alias: the library reaches its own cpu slabs through this type too */
 struct USLAB_MAY_ALIAS_ uslab_cpu_cache_ {   /* per thread, per cache */
 	void *freelist;                  /* objects of the active slab, private */
-	unsigned long base, span;        /* the active slab's objects: [base, base + span) */
+	unsigned long base;              /* the active slab's first object */
+	unsigned long limit;             /* obj is one of its objects when
+					    (obj - base) * obj_magic < limit; 0 when
+					    there is none (or objects are big) */
 	void *private_[3];
 	unsigned long long fast_frees;   /* frees pushed here (statistics) */
 	unsigned int private2_[2];
@@ -224,6 +227,7 @@ struct uslab_cache_fast_ {           /* the head of struct uslab_cache */
 					    cache with a constructor) */
 	unsigned int private_;
 	uslab_word_ fp_key;              /* the free-pointer key */
+	unsigned long obj_magic;         /* about 2^64 / object stride */
 };
 
 /*
@@ -281,13 +285,17 @@ USLAB_CORE_INLINE_ void uslab_cpu_link_(struct uslab_cpu_cache_ *c, void *obj,
 	c->fast_frees++;
 }
 
-/* obj onto the cpu freelist if it is an object of the active slab and not
- * the list's head; 0 otherwise (another slab's, NULL, a double free: the
- * caller's slow path tells them apart). */
+/* obj onto the cpu freelist if it is an object of the active slab - at an
+ * object's start, as one multiply and one compare tell (magic: the cache's
+ * obj_magic) - and not the list's head; 0 otherwise (another slab's, NULL,
+ * inside an object, a double free: the caller's slow path tells them
+ * apart). */
 USLAB_CORE_INLINE_ int uslab_cpu_push_(struct uslab_cpu_cache_ *c, void *obj,
-				      unsigned long fp_offset, const uslab_word_ *key)
+				      unsigned long fp_offset, const uslab_word_ *key,
+				      const unsigned long *magic)
 {
-	if (__builtin_expect((unsigned long)obj - c->base < c->span && obj != c->freelist, 1)) {
+	if (__builtin_expect(((unsigned long)obj - c->base) * *magic < c->limit &&
+			     obj != c->freelist, 1)) {
 		uslab_cpu_link_(c, obj, fp_offset, key);
 		return 1;
 	}
@@ -297,7 +305,7 @@ USLAB_CORE_INLINE_ int uslab_cpu_push_(struct uslab_cpu_cache_ *c, void *obj,
 #if !defined(USLAB_NO_INLINE) && !defined(USLAB_BUILDING_LIBRARY) && defined(__GNUC__) && \
 	defined(__OPTIMIZE__)
 #define USLAB_INLINE_FAST_PATHS 1
-extern __thread char *uslab_tls_heap_ __asm__("uslab_tls_heap_v3_")
+extern __thread char *uslab_tls_heap_ __asm__("uslab_tls_heap_v4_")
 	__attribute__((tls_model("initial-exec")));
 
 #define USLAB_FAST_INLINE_ extern __inline __attribute__((__gnu_inline__, __always_inline__))
@@ -326,7 +334,8 @@ USLAB_FAST_INLINE_ void uslab_cache_free(struct uslab_cache *cache, void *obj)
 {
 	const struct uslab_cache_fast_ *s = (const struct uslab_cache_fast_ *)(const void *)cache;
 
-	if (__builtin_expect(uslab_cpu_push_(USLAB_CPU_CACHE_(s), obj, 0, USLAB_FP_KEY_(s)), 1))
+	if (__builtin_expect(uslab_cpu_push_(USLAB_CPU_CACHE_(s), obj, 0, USLAB_FP_KEY_(s),
+					     &s->obj_magic), 1))
 		return;
 	uslab__cache_free(cache, obj);   /* checks, other slabs */
 }

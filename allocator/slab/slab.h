@@ -118,11 +118,11 @@ struct uslab_cache {
 	uint32_t inline_offset;
 	uint32_t cpu_offset;           /* byte offset of its cpu slab in a thread heap */
 	uintptr_t fp_key;              /* a copy of fp_key, for uslab.h's inline paths */
+	uint64_t obj_magic, obj_limit; /* object_index_magic(): object_offset_valid() */
 	uint32_t fp_offset;            /* free pointer offset inside an object slot */
 	uint32_t chunk;                /* its bit in a heap's chunks_used (cache layer) */
 	uint32_t stride;               /* bytes per object slot */
 	uint32_t stat_off;             /* byte offset of its statistics row (stat_add) */
-	uint64_t obj_magic, obj_limit; /* object_index_magic(): object_offset_valid() */
 
 	uint32_t size;                 /* requested object size */
 	uint32_t align;
@@ -238,7 +238,14 @@ static inline void fp_set(const struct uslab_cache *s, void *obj, void *fp)
  * off * magic = k * e (mod 2^64), while any other off < 2^21 (a run holds
  * at most SLAB_MAX_UNITS units) gives at least 2^64 / stride > 2^43. So
  * off * magic < objects * e exactly when off is a valid object offset.
+ * For stride <= STRIDE_EXACT_MAX it stays exact for any address difference
+ * of user space, -2^48 < off < 2^48 (uslab.h's inline free, which has no
+ * bound on off): with off = k * stride + r, 0 <= r < stride, the product
+ * is k * e + r * magic, and k * e < 2^48 while magic >= 2^49, so it
+ * neither wraps nor, for r > 0, falls below 2^49; a negative off gives
+ * 2^64 minus such a sum, which stays above 2^49 - 2^48 as well.
  */
+#define STRIDE_EXACT_MAX (32u << 10)
 static inline void object_index_magic(uint32_t stride, uint32_t objects, uint64_t *magic,
 				      uint64_t *limit)
 {

@@ -71,7 +71,7 @@ static void *family_alloc(unsigned k, size_t n, size_t *len)
 
 /* the copy's per-thread heap pointer (uslab.h declares it only for its
  * inline paths, in optimised builds) */
-extern __thread char *uslab_tls_heap_ __asm__("uslab_tls_heap_v3_");
+extern __thread char *uslab_tls_heap_ __asm__("uslab_tls_heap_v4_");
 
 static void *worker(void *arg)
 {
@@ -79,7 +79,7 @@ static void *worker(void *arg)
 	unsigned seed = (unsigned)(mine - leftovers) * 7919u + 1;
 	/* This thread's instance of the preloaded copy's pointer. Read through
 	 * volatile: the compiler may assume malloc changes no memory it knows. */
-	char *volatile *so_heap = dlsym(RTLD_NEXT, "uslab_tls_heap_v3_");
+	char *volatile *so_heap = dlsym(RTLD_NEXT, "uslab_tls_heap_v4_");
 	char *volatile *my_heap = &uslab_tls_heap_;
 	char *mine0 = *my_heap, *so0, *so1;
 	void *first[PER_ROUND];

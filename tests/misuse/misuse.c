@@ -1045,7 +1045,7 @@ static const struct misuse_case cases[] = {
 	  "abort: another cache", NULL, false,
 	  DEBUG("abort: another cache") },
 	{ "cache_free_interior", case_cache_free_interior, "uslab_cache_free(c, p + 8)",
-	  "abort: misaligned pointer", KW("wrong"), false,
+	  "abort: misaligned pointer", NULL, false,
 	  DEBUG("abort: misaligned pointer") },
 	{ "cache_bulk_duplicates", case_cache_bulk_duplicates, "free_bulk with one object twice",
 	  "abort: double free", NULL, false,

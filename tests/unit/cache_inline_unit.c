@@ -5,7 +5,11 @@
  * first call (no heap yet) and an exhausted freelist fall through to the
  * library, that objects of ctor caches (free pointer outside the object)
  * keep their constructed state, that the statistics count inline operations,
- * and that misuse the inline free cannot see is still caught by the library.
+ * that objects of every size go back by either path (the inline free's
+ * object test covers strides up to 32 KiB; bigger ones go to the library),
+ * and that misuse the inline free declines - a double free of the head, a
+ * foreign or stack pointer, a pointer inside an object of the active slab -
+ * is still caught by the library.
  */
 #include "test.h"
 #include "stats_json.h"
@@ -65,6 +69,42 @@ static void test_mixed_paths(void)
 	CHECK_EQ(uslab_cache_info(c, &info), 0);
 	CHECK_EQ(info.live_objects, 0);
 	CHECK_EQ(uslab_cache_destroy(c), 0);
+}
+
+/* Objects of sizes around the inline free's bound, allocated and freed in
+ * turns by both paths, LIFO and FIFO, their contents checked. */
+static void test_sizes(void)
+{
+	static const size_t sizes[] = { 8, 24, 100, 1000, 4096, 16000, 32768, 32776, 40000 };
+	enum { N = 40 };
+	static void *v[N];
+
+	for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
+		size_t size = sizes[s];
+		struct uslab_cache *c = uslab_cache_create("inline-sizes", size, 0, 0, NULL);
+
+		REQUIRE(c != NULL);
+		for (int r = 0; r < 4; r++) {
+			for (int i = 0; i < N; i++) {
+				v[i] = i & 1 ? uslab_cache_alloc(c) : lib_alloc(c);
+				REQUIRE(v[i] != NULL);
+				memset(v[i], i + r, size);
+			}
+			for (int i = 0; i < N; i++) {
+				int j = r & 1 ? N - 1 - i : i;
+				unsigned char *b = v[j];
+
+				if (b[0] != (unsigned char)(j + r) || b[size - 1] != (unsigned char)(j + r))
+					CHECK(!"object overwritten while live");
+				if (i % 3)
+					uslab_cache_free(c, b);
+				else
+					lib_free(c, b);
+			}
+		}
+		CHECK_EQ(uslab_cache_validate(c), 0);
+		CHECK_EQ(uslab_cache_destroy(c), 0);
+	}
 }
 
 /* A new thread has no heap: its first alloc and free go through the
@@ -173,6 +213,19 @@ static void foreign_object(void *unused)
 	uslab_cache_free(b, p);   /* outside b's active slab: the library checks */
 }
 
+/* A pointer inside an object of the active slab: the inline free's object
+ * test declines it (arg: the object size; the pointer is 8 bytes in, and
+ * for 4096 also half-way; above 32 KiB the library takes every free). */
+static void interior_pointer(void *arg)
+{
+	size_t size = (size_t)arg;
+	struct uslab_cache *c = uslab_cache_create("inline-interior", size, 0, 0, NULL);
+	char *p = uslab_cache_alloc(c), *q = uslab_cache_alloc(c);
+
+	uslab_cache_free(c, q);
+	uslab_cache_free(c, p + (size == 4096 ? 2048 : 8));
+}
+
 static void stack_pointer(void *unused)
 {
 	struct uslab_cache *c = uslab_cache_create("inline-stack", 64, 0, 0, NULL);
@@ -188,10 +241,15 @@ int main(void)
 	test_fresh_thread();
 	test_ctor_cache();
 	test_statistics();
+	test_sizes();
 	/* the objects are made in the child: the lines are matched up to the pointer */
 	test_expect_abort(double_free_head, NULL, "uslab: uslab_cache_free(): double free 0x");
 	test_expect_abort(foreign_object, NULL,
 			  "uslab: uslab_cache_free(): pointer from another cache 0x");
 	test_expect_abort(stack_pointer, NULL, "uslab: uslab_cache_free(): invalid pointer 0x");
+	static const size_t interior[] = { 24, 64, 4096, 40000 };
+	for (size_t i = 0; i < sizeof(interior) / sizeof(interior[0]); i++)
+		test_expect_abort(interior_pointer, (void *)interior[i],
+				  "uslab: uslab_cache_free(): misaligned pointer 0x");
 	return test_done("cache_inline_unit");
 }

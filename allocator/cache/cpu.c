@@ -30,10 +30,13 @@ static void cpu_slab_activate(struct cpu_slab *c, struct uslab_cache *s, struct 
 	c->limit = s->stride <= STRIDE_EXACT_MAX ? s->obj_limit : 0;
 }
 
-/* The slab is frozen for the calling thread's heap: from now on that
- * thread's frees of its objects are local. */
-static void slab_set_owner(struct slab *slab)
+/* The slab is frozen for the calling thread's heap, whose cpu slab of the
+ * cache is c: from now on that thread's frees of its objects are local -
+ * malloc's onto c's freelist, the cache API's onto the slab's owner-local
+ * list. */
+static void slab_set_owner(struct slab *slab, struct cpu_slab *c)
 {
+	slab->owner_cpu = c;
 	WRITE_ONCE(slab->owner, tls_heap);
 	WRITE_ONCE(slab->owner_tp, thread_self());
 }
@@ -106,23 +109,31 @@ static void cpu_stats_fold(struct uslab_cache *s, struct cpu_slab *c, unsigned r
 }
 
 /*
- * malloc's frees of objects from slabs this thread does not own go on its
- * cpu freelist (no atomic), to be allocated again here; the freelist then
- * holds objects of other slabs too ("foreign"), at most foreign_max pushed
- * since it was last empty. This gives them back to their slabs: runs of
- * neighbours from one slab with one dwcas each. The active slab's objects
- * stay on the list.
+ * malloc's frees go on the freeing thread's cpu freelist for the class (no
+ * atomic), to be allocated again here while their lines are warm: the
+ * owner's frees into every slab it owns, and frees into slabs nobody owns
+ * ("foreign"), at most foreign_max of those since the list was last empty.
+ * The list then holds objects of other slabs than the active one; a slab
+ * this thread gives up (cpu_partial_drain) may leave some, foreign from
+ * then on. This sorts the list: the active slab's objects stay; other
+ * slabs' go back to them, foreign ones in runs of neighbours from one slab
+ * with one dwcas each; the thread's other slabs' stay too, or, when the
+ * active slab is leaving (its chain must then be the list), go onto those
+ * slabs' owner-local lists.
  */
-static void flush_foreign(struct uslab_cache *s, struct cpu_slab *c)
+static void flush_foreign(struct uslab_cache *s, struct cpu_slab *c, bool leaving)
 {
 	void *keep = NULL, *keep_tail = NULL;
 	struct slab *run = NULL;
 	void *head = NULL, *tail = NULL;
-	unsigned cnt = 0, kept = 0, gone = 0;
+	unsigned cnt = 0, kept = 0, gone = 0, local = 0;
 
 	for (void *p = c->freelist, *next; p; p = next) {
 		next = fp_get(s, p);
-		if (cpu_slab_holds(s, c, p)) {
+		struct slab *slab = cpu_slab_holds(s, c, p) ? c->slab : ptr_to_slab(p);
+		bool own = slab->owner_cpu == c;   /* c's heap froze it */
+
+		if (own && (slab == c->slab || !leaving)) {
 			if (keep_tail)
 				fp_set(s, keep_tail, p);
 			else
@@ -131,7 +142,11 @@ static void flush_foreign(struct uslab_cache *s, struct cpu_slab *c)
 			kept++;
 			continue;
 		}
-		struct slab *slab = ptr_to_slab(p);
+		if (own) {   /* leaving: onto its own list */
+			slab_local_push(slab, p, s->fp_offset);
+			local++;
+			continue;
+		}
 		if (slab != run && run) {
 			slab_free_chain(s, c, run, head, tail, cnt);
 			gone += cnt;
@@ -154,7 +169,8 @@ static void flush_foreign(struct uslab_cache *s, struct cpu_slab *c)
 		gone += cnt;
 	}
 	stat_add(s, STAT_FOREIGN_FLUSHED, gone);   /* counted as frees when pushed */
-	cpu_stats_fold(s, c, gone, kept);
+	stat_add(s, STAT_FREE_LOCAL, -(long)local);   /* ... and as local ones when taken */
+	cpu_stats_fold(s, c, gone + local, kept);
 	c->freelist = keep;
 	c->foreign_left = s->foreign_max;
 }
@@ -165,8 +181,7 @@ static void cpu_slab_deactivate(struct uslab_cache *s, struct cpu_slab *c)
 	struct slab *slab = c->slab;
 	void *chain;
 
-	if (c->foreign_left != s->foreign_max)   /* foreign objects may be on the list */
-		flush_foreign(s, c);
+	flush_foreign(s, c, true);
 	chain = c->freelist;   /* only the active slab's objects now: none without one */
 	c->slab = NULL;
 	c->freelist = NULL;
@@ -210,7 +225,7 @@ void cpu_partial_put(struct uslab_cache *s, struct cpu_slab *c, struct slab *sla
 	ASSERT(ctr_frozen(dwcas_read(&slab->xword).hi) && !slab->on_partial);
 	if (c->nr_partial >= s->cpu_partial)
 		cpu_partial_drain(s, c);
-	slab_set_owner(slab);
+	slab_set_owner(slab, c);
 	slab->next = c->partial;
 	c->partial = slab;
 	c->nr_partial++;
@@ -337,7 +352,7 @@ static struct slab *refill_slab(struct uslab_cache *s, struct cpu_slab *c, void 
 		}
 		*freelist = slab_build(s, slab, NULL, BUILD_GROW, count);
 	}
-	slab_set_owner(slab);
+	slab_set_owner(slab, c);
 	return slab;
 }
 
@@ -480,7 +495,7 @@ void slab_free_cached(struct uslab_cache *s, struct slab *slab, void *obj)
 	if (unlikely(obj == c->freelist))
 		uslab_fatal(cache_free_call(s), obj, "double free");
 	if (!c->foreign_left)   /* budget spent, or a new cpu slab */
-		flush_foreign(s, c);
+		flush_foreign(s, c, false);
 	c->foreign_left--;
 	uslab_cpu_link_(cpu_fast(c), obj, s->fp_offset, fp_key_get());
 }

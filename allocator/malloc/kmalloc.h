@@ -230,7 +230,9 @@ static __always_inline void *kmalloc_direct(size_t n)
  * The fast path takes a valid object of malloc's (kfree_magic is 0 for
  * every other slab) that is not free already (its second word is not the
  * free mark: a double free, wherever the block waits) of a slab this thread
- * owns — onto the slab's owner-local list — of a slab another thread owns,
+ * owns — onto its cpu freelist for the class (slab->owner_cpu), whatever
+ * slab of the class it is, so that the next malloc of the class takes it
+ * back while its lines are still in cache — of a slab another thread owns,
  * into this thread's message to that owner while it has room (outbox_add),
  * or of a slab nobody owns, onto this thread's cpu freelist for the class
  * while its foreign budget lasts (a thread without a heap has none), and
@@ -255,7 +257,7 @@ static __always_inline void kfree(void *p, const char *call)
 			if (unlikely(free_marked(p)))
 				goto slow;
 			if (likely(READ_ONCE(slab->owner_tp) == thread_self())) {
-				slab_local_push(slab, p, 0);
+				uslab_cpu_link_(cpu_fast(slab->owner_cpu), p, 0, fp_key_get());
 				kfree_mark(p, mark);
 				return;
 			} else {

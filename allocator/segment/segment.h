@@ -47,6 +47,7 @@ enum slab_kind {
 
 struct uslab_cache;
 struct thread_heap;
+struct cpu_slab;
 
 /*
  * A unit's descriptor. This layer owns head, kind and nunits (and clears
@@ -61,7 +62,8 @@ struct slab {
 	uintptr_t base;                /* first object */
 	uintptr_t owner_tp;            /* thread_self() of the thread whose heap froze it,
 					  0 when none (written by that thread only) */
-	void *local_free;              /* owner-only: its frees into this frozen slab */
+	struct cpu_slab *owner_cpu;    /* owner-only: that heap's cpu slab of the cache,
+					  where malloc's free puts the owner's frees */
 	uint64_t local_count;          /* owner-only: length of local_free */
 	uint64_t kfree_magic;          /* object_index_magic() of a slab malloc's free may
 					  take, else 0 */
@@ -79,7 +81,8 @@ struct slab {
 					  objects only while frozen, owner-written */
 	uint32_t reuse_refills;        /* owner-only: refills served by frees alone
 					  since the last build (slab_build_more) */
-	char pad[8];
+	void *local_free;              /* owner-only: its frees into this frozen slab
+					  that did not go to its cpu freelist */
 };
 _Static_assert(offsetof(struct slab, xword) % 16 == 0, "the coupled word must be 16-aligned");
 _Static_assert(offsetof(struct slab, xword) == 64, "free-path fields share one cache line");

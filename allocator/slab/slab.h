@@ -77,8 +77,8 @@ static inline uintptr_t ctr_make(unsigned inuse, unsigned objects, bool frozen)
 	X(ALLOC_FAST, "alloc_fast", "allocations from the thread's private freelist")      \
 	X(ALLOC_SLOW, "alloc_slow", "allocations through the slow path")                   \
 	X(FREE_FAST, "free_fast", "frees onto the thread's private list (cache API: active "  \
-	  "slab; malloc: objects of slabs the thread does not own)")                         \
-	X(FREE_LOCAL, "free_local", "frees into a slab the thread froze (no atomic)")      \
+	  "slab; malloc: its own slabs' objects and those of slabs nobody owns)")            \
+	X(FREE_LOCAL, "free_local", "frees onto a frozen slab's owner-local list (no atomic)") \
 	X(FREE_REMOTE, "free_remote", "frees by dwcas into a slab of another thread/none") \
 	X(FOREIGN_FLUSHED, "foreign_flushed", "cached frees given back to their slabs (dwcas)") \
 	X(REFILL_LOCAL, "refill_local", "refills from a slab's owner-local list")           \
@@ -276,6 +276,7 @@ static inline void slab_clear_owner(struct slab *slab)
 {
 	WRITE_ONCE(slab->owner_tp, 0);
 	WRITE_ONCE(slab->owner, NULL);
+	slab->owner_cpu = NULL;
 }
 
 /* The owner's free into its frozen slab: no atomic. The caller has checked

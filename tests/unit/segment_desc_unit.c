@@ -111,12 +111,13 @@ static void check_tail_unit_objects(void)
 	       (unsigned)ptr_to_slab(blocks[tail_at])->nunits, tail_at);
 	CHECK_EQ(kmalloc_validate_all(), 0);
 	struct slab *s = ptr_to_slab(blocks[tail_at]);
-	uint64_t local = s->local_count;
-	uslab_free(blocks[tail_at]);   /* our own slab: onto its local list */
-	CHECK(s->local_count == local + 1 || s->owner_tp != thread_self());
+	bool own = s->owner_tp == thread_self();
+	uslab_free(blocks[tail_at]);   /* our own slab: onto our cpu freelist */
+	void *again = uslab_malloc(size);
+	CHECK(again == blocks[tail_at] || !own);   /* and the next malloc's */
+	blocks[tail_at] = again;
+	memset(again, tail_at & 0xff, size);
 	for (unsigned i = 0; i < n; i++) {
-		if (i == tail_at)
-			continue;
 		const unsigned char *b = blocks[i];
 		for (size_t k = 0; k < size; k++)
 			if (b[k] != (i & 0xff)) {

@@ -1,12 +1,15 @@
 /* slab_reuse_unit - malloc reuses what was freed before it builds (writes)
- * more of a slab: a program cycling one block of a page-sized class writes
- * one page of its slab, not all of them; a cycle of few objects still gets
- * the slab built in bounded time (so it stops taking the slow path on every
- * allocation); and a small class cycled within its first page never grows.
+ * more of a slab: a program cycling blocks gets the same blocks back at
+ * once (the free puts them on the cpu freelist), so its slab stays at its
+ * first page; and frees that reach the slab by refill (another thread's)
+ * still get the slab built in bounded time, so the thread stops taking the
+ * slow path for every other allocation.
  * A fresh process: these are the program's first blocks of these classes. */
 #include "test.h"
 #include "kmalloc_check.h"
 #include "uslab.h"
+
+#include <pthread.h>
 
 /* Blocks carry their own address, written at allocation and checked before
  * the free: two live blocks that overlapped would break it. */
@@ -33,90 +36,107 @@ static void give(void *q, size_t n)
 	uslab_free(q);
 }
 
-/* One 4 KiB block cycled: the same block comes back, and the slab stays at
- * its first page until REUSE_REFILLS_MAX refills; then it grows a page at a
- * time, and is all built within the bound slab_build_more promises. */
+/* One 4 KiB block cycled: malloc's free puts it on the thread's cpu
+ * freelist, so the next malloc takes the same block back, with no refill:
+ * the slab stays at its first page however long the cycle goes on. */
 static void check_page_class_cycle(void)
 {
 	enum { N = 4096 };
 	void *p = take(N);
 	struct slab *slab = ptr_to_slab(p);
-	unsigned objects = slab->cache->objects, cycles = 0;
 
-	REQUIRE(objects >= 2);
+	REQUIRE(slab->cache->objects >= 2);
 	CHECK_EQ(slab->built, 1);
-	for (unsigned i = 1; i < REUSE_REFILLS_MAX; i++) {
+	for (unsigned i = 1; i < 10 * REUSE_REFILLS_MAX; i++) {
 		give(p, N);
 		void *q = take(N);
 		CHECK(q == p);                 /* reused, not a new page */
 		CHECK_EQ(slab->built, 1);
-		CHECK_EQ(slab->reuse_refills, i);
+		CHECK_EQ(slab->reuse_refills, 0);
 		p = q;
 	}
 	give(p, N);
-	p = take(N);
-	CHECK_EQ(slab->built, 2);              /* the REUSE_REFILLS_MAX-th: a page more */
-	CHECK_EQ(slab->reuse_refills, 0);
-	while (slab->built < objects && cycles < 1000000) {
-		give(p, N);
-		p = take(N);
-		CHECK(ptr_to_slab(p) == slab);
-		cycles++;
-	}
-	CHECK_EQ(slab->built, objects);
-	/* a refill serves at most `built` cycles, built < objects */
-	CHECK(cycles <= objects * objects * REUSE_REFILLS_MAX);
-	give(p, N);
 }
 
-/* A 64-byte block cycled: its first page's objects come round, a refill
- * every page's worth of cycles, and the slab stays one page until
- * REUSE_REFILLS_MAX of them. */
+/* A 64-byte block cycled, and two with most of a page live: each comes
+ * back at once, and the slab keeps its first page. */
 static void check_small_class_cycle(void)
 {
-	enum { N = 64 };
+	enum { N = 64, M = 128, LIVE = 4096 / M - 2 };
 	void *p = take(N);
 	struct slab *slab = ptr_to_slab(p);
-	unsigned page_objs = 4096 / N;
 
-	CHECK_EQ(slab->built, page_objs);
-	for (unsigned i = 0; i < page_objs * (REUSE_REFILLS_MAX - 1); i++) {
+	CHECK_EQ(slab->built, 4096 / N);
+	for (unsigned i = 0; i < 4096 / N * REUSE_REFILLS_MAX; i++) {
 		give(p, N);
-		p = take(N);
-		CHECK(ptr_to_slab(p) == slab);
+		void *q = take(N);
+		CHECK(q == p);
+		p = q;
 	}
-	CHECK_EQ(slab->built, page_objs);
-	for (unsigned i = 0; i < page_objs; i++) {
-		give(p, N);
-		p = take(N);
-	}
-	CHECK_EQ(slab->built, 2 * page_objs);
+	CHECK_EQ(slab->built, 4096 / N);
 	give(p, N);
+
+	void *live[LIVE], *a = take(M), *b = take(M);
+	slab = ptr_to_slab(a);
+	for (int i = 0; i < LIVE; i++)
+		live[i] = take(M);
+	CHECK_EQ(slab->built, 4096 / M);
+	for (unsigned i = 0; i < 10 * REUSE_REFILLS_MAX; i++) {
+		void *a0 = a, *b0 = b;
+
+		give(a, M);
+		give(b, M);
+		b = take(M);
+		a = take(M);
+		CHECK(a == a0 && b == b0);     /* last freed, first taken */
+	}
+	CHECK_EQ(slab->built, 4096 / M);
+	give(a, M);
+	give(b, M);
+	for (int i = 0; i < LIVE; i++)
+		give(live[i], M);
 }
 
-/* Most of the first page live, two blocks cycling: every other cycle is a
- * refill, and the slab grows a page after REUSE_REFILLS_MAX of them. */
-static void check_short_refills_grow(void)
+/* Frees that come back through the refill rather than the cpu freelist -
+ * another thread's, delivered by message - with most of the first page
+ * live: every cycle is a refill that finds two blocks, and the slab grows
+ * a page after REUSE_REFILLS_MAX of them, so a thread fed by others does
+ * not take the slow path for every other allocation for ever. */
+struct pair { void *a, *b; };
+
+static void *free_pair(void *arg)
 {
-	enum { N = 128, LIVE = 4096 / N - 2 };
-	void *live[LIVE], *a = take(N), *b = take(N);
-	struct slab *slab = ptr_to_slab(a);
+	struct pair *pr = arg;
+
+	give(pr->a, 256);
+	give(pr->b, 256);
+	return NULL;   /* its exit sends the message */
+}
+
+static void check_remote_refills_grow(void)
+{
+	enum { N = 256, LIVE = 4096 / N - 2 };
+	void *live[LIVE];
+	struct pair pr = { take(N), take(N) };
+	struct slab *slab = ptr_to_slab(pr.a);
 	unsigned page_objs = 4096 / N, cycles = 0;
 
 	for (int i = 0; i < LIVE; i++)
 		live[i] = take(N);
 	CHECK_EQ(slab->built, page_objs);
-	while (slab->built == page_objs && cycles < 100000) {
-		give(a, N);
-		give(b, N);
-		a = take(N);
-		b = take(N);
+	while (slab->built == page_objs && cycles < 4 * REUSE_REFILLS_MAX) {
+		pthread_t t;
+
+		REQUIRE(pthread_create(&t, NULL, free_pair, &pr) == 0);
+		REQUIRE(pthread_join(t, NULL) == 0);
+		pr.a = take(N);
+		pr.b = take(N);
 		cycles++;
 	}
 	CHECK_EQ(slab->built, 2 * page_objs);
 	CHECK(cycles <= REUSE_REFILLS_MAX);
-	give(a, N);
-	give(b, N);
+	give(pr.a, N);
+	give(pr.b, N);
 	for (int i = 0; i < LIVE; i++)
 		give(live[i], N);
 }
@@ -125,7 +145,7 @@ int main(void)
 {
 	check_page_class_cycle();
 	check_small_class_cycle();
-	check_short_refills_grow();
+	check_remote_refills_grow();
 	CHECK_EQ(kmalloc_validate_all(), 0);
 	return test_done("slab_reuse_unit");
 }

@@ -36,7 +36,7 @@ static void cpu_slab_activate(struct cpu_slab *c, struct uslab_cache *s, struct 
  * list. */
 static void slab_set_owner(struct slab *slab, struct cpu_slab *c)
 {
-	slab->owner_cpu = c;
+	WRITE_ONCE(slab->owner_cpu, c);
 	WRITE_ONCE(slab->owner, tls_heap);
 	WRITE_ONCE(slab->owner_tp, thread_self());
 }
@@ -131,7 +131,9 @@ static void flush_foreign(struct uslab_cache *s, struct cpu_slab *c, bool leavin
 	for (void *p = c->freelist, *next; p; p = next) {
 		next = fp_get(s, p);
 		struct slab *slab = cpu_slab_holds(s, c, p) ? c->slab : ptr_to_slab(p);
-		bool own = slab->owner_cpu == c;   /* c's heap froze it */
+		/* c's heap froze it (only that heap's thread stores this c:
+		 * another slab's owner may be changing it meanwhile) */
+		bool own = READ_ONCE(slab->owner_cpu) == c;
 
 		if (own && (slab == c->slab || !leaving)) {
 			if (keep_tail)

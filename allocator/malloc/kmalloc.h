@@ -257,7 +257,8 @@ static __always_inline void kfree(void *p, const char *call)
 			if (unlikely(free_marked(p)))
 				goto slow;
 			if (likely(READ_ONCE(slab->owner_tp) == thread_self())) {
-				uslab_cpu_link_(cpu_fast(slab->owner_cpu), p, 0, fp_key_get());
+				uslab_cpu_link_(cpu_fast(READ_ONCE(slab->owner_cpu)), p, 0,
+						fp_key_get());
 				kfree_mark(p, mark);
 				return;
 			} else {

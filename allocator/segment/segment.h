@@ -62,8 +62,9 @@ struct slab {
 	uintptr_t base;                /* first object */
 	uintptr_t owner_tp;            /* thread_self() of the thread whose heap froze it,
 					  0 when none (written by that thread only) */
-	struct cpu_slab *owner_cpu;    /* owner-only: that heap's cpu slab of the cache,
-					  where malloc's free puts the owner's frees */
+	struct cpu_slab *owner_cpu;    /* that heap's cpu slab of the cache, where
+					  malloc's free puts the owner's frees (written
+					  by that thread only) */
 	uint64_t local_count;          /* owner-only: length of local_free */
 	uint64_t kfree_magic;          /* object_index_magic() of a slab malloc's free may
 					  take, else 0 */

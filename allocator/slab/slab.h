@@ -276,7 +276,7 @@ static inline void slab_clear_owner(struct slab *slab)
 {
 	WRITE_ONCE(slab->owner_tp, 0);
 	WRITE_ONCE(slab->owner, NULL);
-	slab->owner_cpu = NULL;
+	WRITE_ONCE(slab->owner_cpu, NULL);
 }
 
 /* The owner's free into its frozen slab: no atomic. The caller has checked

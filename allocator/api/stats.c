@@ -123,7 +123,8 @@ struct row {
 	size_t slabs, partial_slabs;
 	long live;                     /* objects, or blocks (large, huge) */
 	size_t memory, used;
-	size_t cached;                 /* free slots on the reporting thread's own lists */
+	long cached_objects;           /* free, on threads' own lists (cache.h) */
+	size_t cached;                 /* ... in bytes */
 	long stat[NR_CACHE_STATS];
 };
 
@@ -131,7 +132,7 @@ struct report {
 	const char *origin;            /* "exit", "call", "signal" */
 	struct seg_account seg;
 	size_t objects_bytes;          /* slab slots counted in use: inuse x stride */
-	size_t cached_bytes;           /* free slots on the reporting thread's own lists */
+	size_t cached_bytes;           /* free slots on threads' own lists */
 	size_t huge_blocks, huge_bytes, huge_kept, arena_cut, arena_live;
 	size_t meta_mapped, meta_committed;   /* metadata outside segments */
 	size_t mapped;                 /* segments mapped + what the arena has cut */
@@ -147,7 +148,7 @@ static size_t report_total(const struct report *r)
 	       r->meta_committed;
 }
 
-/* The slabs' bytes neither in use nor cached by the reporting thread. */
+/* The slabs' bytes neither in use nor cached by threads. */
 static size_t report_slab_free(const struct report *r)
 {
 	size_t taken = r->objects_bytes + r->cached_bytes;
@@ -250,7 +251,8 @@ static void cache_row(const struct cache_report *c, void *arg)
 	w->live = c->live_objects;
 	w->memory = c->slabs * c->slab_bytes;
 	w->used = (size_t)(c->live_objects > 0 ? c->live_objects : 0) * c->object_size;
-	w->cached = (size_t)(c->cached_objects > 0 ? c->cached_objects : 0) * c->object_size;
+	w->cached_objects = c->cached_objects > 0 ? c->cached_objects : 0;
+	w->cached = (size_t)w->cached_objects * c->object_size;
 	memcpy(w->stat, c->stat, sizeof(w->stat));
 	r->ncaches++;
 }
@@ -269,8 +271,8 @@ static bool report_gather(struct report *r, const char *origin)
 	caches_for_each_report(cache_row, r);
 	r->in_use = uslab_mallinfo().uordblks;
 	report_totals(r, NULL, false);
-	/* objects in use as the rows count them: the reporting thread's cached
-	 * objects are free, other threads' count as live (docs/stats.md) */
+	/* objects in use as the rows count them: threads' cached objects are
+	 * free (other threads' as they last published them: docs/stats.md) */
 	for (size_t i = 0; i < r->nrows; i++) {
 		r->objects_bytes += r->rows[i].used;
 		r->cached_bytes += r->rows[i].cached;
@@ -305,7 +307,8 @@ static void write_account(struct out *o, const struct report *r)
 		   "where it is:");
 	LINE("objects in use", r->objects_bytes, "%s", "live objects in slabs");
 	LINE("cached by threads", r->cached_bytes, "%s",
-	     "free objects the reporting thread holds for its next allocations");
+	     "free objects threads keep for their next allocations (other threads': as of "
+	     "their last slow path)");
 	LINE("free in slabs", slab_free, "%s", "free object slots and slab tails");
 	LINE("large blocks", a->large_bytes, "%zu live, of 32 KiB to 2 MiB each", a->large_runs);
 	LINE("large, kept", a->kept_bytes, "%s", "freed large blocks threads keep for reuse");
@@ -404,10 +407,12 @@ static void write_rows(struct out *o, const struct report *r)
 
 static const char legend[] =
 	"columns: objsize bytes per object slot; live objects allocated and not freed (blocks,\n"
-	"  for large and huge); slots object slots in the slabs; memory bytes in slabs (or\n"
-	"  blocks); in use live x objsize; free share of memory not in use; allocs, frees\n"
-	"  since start; remote share of frees that went back to a slab by an atomic operation\n"
-	"  (another thread's slab, or one this thread gave up). docs/stats.md has the details.\n";
+	"  for large and huge), not those threads keep cached (another thread's cache counted\n"
+	"  as of its last refill or other slow path, so live may be off by what it did since);\n"
+	"  slots object slots in the slabs; memory bytes in slabs (or blocks); in use live x\n"
+	"  objsize; free share of memory not in use; allocs, frees since start; remote share\n"
+	"  of frees that went back to a slab by an atomic operation (another thread's slab,\n"
+	"  or one this thread gave up). docs/stats.md has the details.\n";
 
 /* USLAB_STATS_VERBOSE: every counter of every cache, by its JSON name. */
 static void write_counters(struct out *o, const struct report *r)
@@ -475,11 +480,12 @@ static void json_cache(struct out *o, const struct report *r, const struct row *
 
 	out_printf(o, "%s\n    {\"name\": \"%s\", \"size\": %zu, \"object_size\": %zu, "
 		      "\"objects_per_slab\": %zu, \"slab_bytes\": %zu, \"slabs\": %zu, "
-		      "\"partial_slabs\": %zu, \"live_objects\": %ld, \"memory_bytes\": %zu, "
-		      "\"used_bytes\": %zu, \"waste_bytes\": %zu",
+		      "\"partial_slabs\": %zu, \"live_objects\": %ld, \"cached_objects\": %ld, "
+		      "\"memory_bytes\": %zu, \"used_bytes\": %zu, \"waste_bytes\": %zu",
 		   n ? "," : "", json_escape(w->name, name, sizeof(name)), w->size,
 		   w->object_size, w->objects_per_slab, w->slab_bytes, w->slabs, w->partial_slabs,
-		   w->live, w->memory, w->used, w->memory > w->used ? w->memory - w->used : 0);
+		   w->live, w->cached_objects, w->memory, w->used,
+		   w->memory > w->used ? w->memory - w->used : 0);
 #define X(id, name, doc) out_printf(o, ", \"" name "\": %ld", w->stat[STAT_##id]);
 	USLAB_CACHE_STATS(X)
 #undef X
@@ -687,6 +693,9 @@ static struct row *snap_row_add(struct report *r, const struct uslab_cache *s,
 		return NULL;
 	snap_index[s->id] = (uint16_t)r->nrows;
 	r->rows[n].id = s->id;
+	/* every thread's, the interrupted one's too: published whole, the
+	 * handler reads one word per thread (snap_cached bounds the sum) */
+	r->rows[n].cached_objects = cache_cached_published(s, NULL);
 	return &r->rows[n];
 }
 
@@ -720,6 +729,23 @@ static void snap_head(struct slab *head, void *arg)
 	w->live += (long)inuse;
 	w->memory += w->slab_bytes;
 	w->used += inuse * s->stride;
+}
+
+/* After the walk: each cache's cached objects, as threads published them,
+ * move from in use to cached, at most what the slabs' words have out. */
+static void snap_cached(struct report *r)
+{
+	for (size_t i = 0; i < r->nrows; i++) {
+		struct row *w = &r->rows[i];
+		long n = w->cached_objects < w->live ? w->cached_objects : w->live;
+
+		w->cached_objects = n > 0 ? n : 0;
+		w->cached = (size_t)w->cached_objects * w->object_size;
+		w->live -= w->cached_objects;
+		w->used -= w->cached;
+		r->objects_bytes -= w->cached;
+		r->cached_bytes += w->cached;
+	}
 }
 
 /* The snapshot: try (the handler) leaves it to the next slow path when
@@ -756,6 +782,7 @@ static void stats_snapshot(bool try)
 	}
 	/* as mallinfo2 counts it: every slot a slab's word has out */
 	r.in_use = r.objects_bytes + r.seg.large_bytes + r.arena_live;
+	snap_cached(&r);
 	rows_add_blocks(&r);
 	rows_sort(r.rows, r.nrows);
 	path = stats_target(buf, sizeof(buf));

@@ -43,7 +43,8 @@ struct cpu_slab {
 	uint64_t fast_frees;           /* frees pushed on freelist (cache API, foreign) */
 	uint32_t foreign_left;         /* malloc: other slabs' objects it may still take
 					  before a flush (0 in empty_heap: always slow) */
-	uint32_t pad;
+	uint32_t xcached;              /* its cached objects as its slow paths last
+					  counted them: cpu_cached_set/_add/_read */
 };
 _Static_assert(sizeof(struct cpu_slab) == 64, "one cpu slab per cache line");
 /* uslab.h's inline fast paths see these fields through its mirror structs */
@@ -180,6 +181,37 @@ static inline struct cpu_slab *this_cpu_slab(const struct uslab_cache *s)
 	return heap_cpu_slab(tls_heap, s);
 }
 
+/*
+ * A cpu slab's cached objects - on its freelist and on the owner-local lists
+ * of the slabs it holds frozen - for other threads' reports, which may not
+ * walk those lists (they change under any reader) nor read their counts
+ * (fast paths write them with plain stores). The owner counts them in its
+ * slow paths instead and publishes the figure in xcached: set exactly where
+ * the freelist's length is known (a refill, a foreign flush, a flush), moved
+ * by the objects a slow path itself adds or takes (a slow free, a drained
+ * inbox or cpu-partial list). The fast paths since are not seen: another
+ * thread's figure is as of its owner's last slow path in the cache (a
+ * report bounds it by the cache's live objects; docs/stats.md).
+ * Relaxed: a report wants the one word whole, nothing ordered with it; a
+ * thread flushing another's cpu slab (destroy) holds that heap's lock.
+ */
+static inline uint32_t cpu_cached_read(const struct cpu_slab *c)
+{
+	return READ_ONCE(c->xcached);
+}
+
+static inline void cpu_cached_set(struct cpu_slab *c, uint64_t n)
+{
+	WRITE_ONCE(c->xcached, n < UINT32_MAX ? (uint32_t)n : UINT32_MAX);
+}
+
+static inline void cpu_cached_add(struct cpu_slab *c, long d)
+{
+	long n = (long)cpu_cached_read(c) + d;
+
+	cpu_cached_set(c, n > 0 ? (uint64_t)n : 0);
+}
+
 /* The library's view of a cpu slab as uslab.h's fast paths take it. */
 static inline struct uslab_cpu_cache_ *cpu_fast(struct cpu_slab *c)
 {
@@ -219,8 +251,10 @@ struct cache_report {
 	size_t size, object_size, objects_per_slab, slab_bytes;
 	size_t slabs, partial_slabs;
 	long live_objects;
-	long cached_objects;   /* free, on the calling thread's own lists (its
-				  cpu freelist, its slabs' owner-local lists) */
+	long cached_objects;   /* free, on threads' own lists (cpu freelists,
+				  their slabs' owner-local lists): the calling
+				  thread's exactly, the others' as published
+				  (cpu_cached_read), at most live_objects */
 	long stat[NR_CACHE_STATS];
 };
 void caches_for_each_report(void (*fn)(const struct cache_report *, void *), void *arg);
@@ -228,6 +262,9 @@ void caches_for_each_report(void (*fn)(const struct cache_report *, void *), voi
  * and without a lock: a signal handler may ask, s alive meanwhile. What
  * threads have not folded yet is missing (docs/stats.md). */
 void cache_report_counters(const struct uslab_cache *s, struct cache_report *r);
+/* What every thread but skip (NULL: none) holds cached of s, as each last
+ * published it (cpu_cached_read): no lock, so a signal handler may ask. */
+long cache_cached_published(const struct uslab_cache *s, const struct thread_heap *skip);
 void caches_lock_all(void);                            /* fork: registry, heaps, lists */
 void caches_unlock_all(bool child);
 

@@ -109,6 +109,22 @@ static void cpu_stats_fold(struct uslab_cache *s, struct cpu_slab *c, unsigned r
 }
 
 /*
+ * Publish c's cached objects (cache.h, cpu_cached_set): on_freelist, which
+ * the caller knows, and the owner-local lists of the slabs c holds frozen
+ * (the active one and at most cpu_partial others). Owner only.
+ */
+static void cpu_cached_publish(struct cpu_slab *c, uint64_t on_freelist)
+{
+	uint64_t n = on_freelist;
+
+	if (c->slab)
+		n += c->slab->local_count;
+	for (struct slab *p = c->partial; p; p = p->next)
+		n += p->local_count;
+	cpu_cached_set(c, n);
+}
+
+/*
  * malloc's frees go on the freeing thread's cpu freelist for the class (no
  * atomic), to be allocated again here while their lines are warm: the
  * owner's frees into every slab it owns, and frees into slabs nobody owns
@@ -175,6 +191,7 @@ static void flush_foreign(struct uslab_cache *s, struct cpu_slab *c, bool leavin
 	cpu_stats_fold(s, c, gone + local, kept);
 	c->freelist = keep;
 	c->foreign_left = s->foreign_max;
+	cpu_cached_publish(c, kept);
 }
 
 /* Give up the active slab: splice the private chain back and unfreeze. */
@@ -195,6 +212,7 @@ static void cpu_slab_deactivate(struct uslab_cache *s, struct cpu_slab *c)
 static void cpu_partial_drain(struct uslab_cache *s, struct cpu_slab *c)
 {
 	struct slab *slab = c->partial, *next;
+	long gone = 0;
 
 	c->partial = NULL;
 	c->nr_partial = 0;
@@ -203,14 +221,18 @@ static void cpu_partial_drain(struct uslab_cache *s, struct cpu_slab *c)
 	for (; slab; slab = next) {
 		next = slab->next;
 		slab->next = NULL;
+		gone += (long)slab->local_count;
 		slab_release(s, slab, NULL);
 	}
+	if (gone)
+		cpu_cached_add(c, -gone);
 }
 
 void cpu_slab_flush(struct uslab_cache *s, struct cpu_slab *c)
 {
 	cpu_slab_deactivate(s, c);
 	cpu_partial_drain(s, c);
+	cpu_cached_set(c, 0);
 }
 
 /* Tests: give up the calling thread's cpu-partial slabs of s (dry ones go
@@ -383,11 +405,14 @@ static bool cpu_refill(struct uslab_cache *s, struct cpu_slab *c)
 	} else {
 		struct slab *slab = refill_slab(s, c, &freelist, &count);
 
-		if (!slab)
+		if (!slab) {
+			cpu_cached_publish(c, 0);
 			return false;
+		}
 		cpu_slab_activate(c, s, slab, freelist);
 	}
 	c->supplied = count ? count - 1 : 0;   /* all but the one popped next */
+	cpu_cached_publish(c, c->supplied);
 	return true;
 }
 
@@ -464,6 +489,7 @@ free_local_or_remote(struct uslab_cache *s, struct slab *slab, void *obj)
 		if (unlikely(obj == slab->local_free))
 			uslab_fatal(cache_free_call(s), obj, "double free");
 		slab_local_push(slab, obj, s->fp_offset);
+		cpu_cached_add(this_cpu_slab(s), 1);
 		return;
 	}
 	if (unlikely(s->flags & USLAB_REMOTE_IMMEDIATE)) {
@@ -500,6 +526,7 @@ void slab_free_cached(struct uslab_cache *s, struct slab *slab, void *obj)
 		flush_foreign(s, c, false);
 	c->foreign_left--;
 	uslab_cpu_link_(cpu_fast(c), obj, s->fp_offset, fp_key_get());
+	cpu_cached_add(c, 1);
 }
 
 /*

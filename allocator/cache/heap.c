@@ -72,9 +72,11 @@ struct cpu_slab *cpu_slab_get(struct uslab_cache *s)
 	if (!h)
 		return NULL;
 	if (unlikely(!heap_has_chunk(h, s))) {
-		/* heaps_lock: destroy/validate walk chunks of other heaps */
+		/* heaps_lock: destroy/validate walk chunks of other heaps;
+		 * relaxed store: reports read it without the lock
+		 * (cache_cached_published), the word whole */
 		lock_ranked(&heaps_lock, RANK_HEAPS);
-		h->chunks_used |= 1ull << s->chunk;
+		WRITE_ONCE(h->chunks_used, h->chunks_used | 1ull << s->chunk);
 		unlock_ranked(&heaps_lock, RANK_HEAPS);
 	}
 	return heap_cpu_slab(h, s);

@@ -89,8 +89,10 @@ static void msg_free_objects(struct uslab_cache *s, struct remote_msg *m, struct
 		}
 		slab_free_chain(s, c, slab, head, tail, j - i);
 	}
-	if (local)   /* counted as remote frees when freed */
+	if (local) {   /* counted as remote frees when freed */
 		stat_add(s, STAT_FREE_LOCAL, -local);
+		cpu_cached_add(c, local);   /* owner's lists: c is its cpu slab */
+	}
 }
 
 /* Post m to its heap's inbox, or, if that thread has exited, free its

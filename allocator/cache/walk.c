@@ -284,6 +284,21 @@ static void cache_counters_read(const struct uslab_cache *s, long stat[NR_CACHE_
 			stat[i] += READ_ONCE(heap_stat(h, s)[i]);
 }
 
+/* cache.h. Heaps whose chunk of cpu slabs for s was never used are skipped
+ * unread (their pages stay untouched): chunks_used is stored whole under
+ * heaps_lock (cpu_slab_get), and a bit set after this read is a cpu slab
+ * that had nothing cached when it was read. */
+long cache_cached_published(const struct uslab_cache *s, const struct thread_heap *skip)
+{
+	long n = 0;
+
+	/* acquire: pairs with heap_get's release, so each heap is whole */
+	for (struct thread_heap *h = smp_load_acquire(&heaps); h; h = h->next)
+		if (h != skip && READ_ONCE(h->chunks_used) >> s->chunk & 1)
+			n += (long)cpu_cached_read(heap_cpu_slab(h, s));
+	return n;
+}
+
 /* s's geometry and counters, without its slabs (slabs and live_objects 0):
  * no lock, nothing changed, so a signal handler may ask (cache.h). */
 void cache_report_counters(const struct uslab_cache *s, struct cache_report *r)
@@ -300,9 +315,10 @@ void cache_report_counters(const struct uslab_cache *s, struct cache_report *r)
 
 /*
  * Counters plus what the calling thread has not folded in yet. Other live
- * threads fold theirs at their next refill, flush or exit (their private
- * lists and owner-local frees count as live until then, as SLUB counts
- * objects in cpu slabs as active).
+ * threads fold theirs at their next refill, flush or exit. Cached objects:
+ * the calling thread's counted on its lists; the others' as they published
+ * them (cache.h), which may be a moment old, so at most what is left live
+ * (the report's parts still add up).
  */
 static void cache_report(struct uslab_cache *s, struct cache_report *r)
 {
@@ -326,6 +342,11 @@ static void cache_report(struct uslab_cache *s, struct cache_report *r)
 		r->stat[STAT_ALLOC_FAST] += (long)c->supplied + (long)c->fast_frees - left;
 		r->stat[STAT_FREE_FAST] += (long)c->fast_frees;
 	}
+	long others = cache_cached_published(s, h);
+	if (others > r->live_objects)
+		others = r->live_objects > 0 ? r->live_objects : 0;
+	r->live_objects -= others;
+	r->cached_objects += others;
 }
 
 /*

@@ -307,8 +307,8 @@ static void write_account(struct out *o, const struct report *r)
 		   "where it is:");
 	LINE("objects in use", r->objects_bytes, "%s", "live objects in slabs");
 	LINE("cached by threads", r->cached_bytes, "%s",
-	     "free objects threads keep for their next allocations (other threads': as of "
-	     "their last slow path)");
+	     "free objects threads keep for their next allocations (other threads': as "
+	     "their slow paths last counted them)");
 	LINE("free in slabs", slab_free, "%s", "free object slots and slab tails");
 	LINE("large blocks", a->large_bytes, "%zu live, of 32 KiB to 2 MiB each", a->large_runs);
 	LINE("large, kept", a->kept_bytes, "%s", "freed large blocks threads keep for reuse");
@@ -407,8 +407,8 @@ static void write_rows(struct out *o, const struct report *r)
 
 static const char legend[] =
 	"columns: objsize bytes per object slot; live objects allocated and not freed (blocks,\n"
-	"  for large and huge), not those threads keep cached (another thread's cache counted\n"
-	"  as of its last refill or other slow path, so live may be off by what it did since);\n"
+	"  for large and huge), not those threads keep cached (another thread's as its slow\n"
+	"  paths last counted them: off by what its fast paths did since);\n"
 	"  slots object slots in the slabs; memory bytes in slabs (or blocks); in use live x\n"
 	"  objsize; free share of memory not in use; allocs, frees since start; remote share\n"
 	"  of frees that went back to a slab by an atomic operation (another thread's slab,\n"

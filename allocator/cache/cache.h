@@ -189,9 +189,10 @@ static inline struct cpu_slab *this_cpu_slab(const struct uslab_cache *s)
  * slow paths instead and publishes the figure in xcached: set exactly where
  * the freelist's length is known (a refill, a foreign flush, a flush), moved
  * by the objects a slow path itself adds or takes (a slow free, a drained
- * inbox or cpu-partial list). The fast paths since are not seen: another
- * thread's figure is as of its owner's last slow path in the cache (a
- * report bounds it by the cache's live objects; docs/stats.md).
+ * inbox or cpu-partial list). The fast paths are not seen: another
+ * thread's figure is off by what its owner allocated and freed on them
+ * since its last refill or flush (a report bounds it by the cache's
+ * objects out; docs/stats.md, "Cached by threads").
  * Relaxed: a report wants the one word whole, nothing ordered with it; a
  * thread flushing another's cpu slab (destroy) holds that heap's lock.
  */

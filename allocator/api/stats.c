@@ -307,8 +307,7 @@ static void write_account(struct out *o, const struct report *r)
 		   "where it is:");
 	LINE("objects in use", r->objects_bytes, "%s", "live objects in slabs");
 	LINE("cached by threads", r->cached_bytes, "%s",
-	     "free objects threads keep for their next allocations (other threads': as "
-	     "their slow paths last counted them)");
+	     "free objects threads keep for reuse (other threads': at their last slow path)");
 	LINE("free in slabs", slab_free, "%s", "free object slots and slab tails");
 	LINE("large blocks", a->large_bytes, "%zu live, of 32 KiB to 2 MiB each", a->large_runs);
 	LINE("large, kept", a->kept_bytes, "%s", "freed large blocks threads keep for reuse");

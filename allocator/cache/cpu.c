@@ -56,19 +56,19 @@ static void *chain_last(const struct uslab_cache *s, void *p, unsigned *n)
 
 /*
  * Owner only: give up a frozen slab. Its private objects are the chain
- * `chain` (the cpu freelist, for the active slab), its owner-local list and
- * its objects not built yet (an active slab's); all are spliced back by one
- * dwcas in slab_unfreeze. owner is cleared first, so no later free by this
- * thread goes to the local list. Returns the length of `chain`.
+ * `chain` .. `tail`, n objects (the cpu freelist, for the active slab;
+ * NULL, NULL, 0 for another), its owner-local list and its objects not
+ * built yet (an active slab's); all are spliced back by one dwcas in
+ * slab_unfreeze. owner is cleared first, so no later free by this thread
+ * goes to the slab's lists.
  */
-static unsigned slab_release(struct uslab_cache *s, struct slab *slab, void *chain)
+static void slab_release(struct uslab_cache *s, struct slab *slab, void *chain, void *tail,
+			 unsigned n)
 {
-	void *head = chain, *tail;
-	unsigned n = 0, k, chained;
+	void *head = chain;
+	unsigned k;
 
 	slab_clear_owner(slab);
-	tail = chain_last(s, chain, &n);
-	chained = n;
 	if (slab->local_free) {
 		if (tail)
 			fp_set(s, tail, slab->local_free);
@@ -86,7 +86,6 @@ static unsigned slab_release(struct uslab_cache *s, struct slab *slab, void *cha
 			tail = (char *)slab->base + (size_t)(s->objects - 1) * s->stride;
 	}
 	slab_unfreeze(s, slab, head, tail, n);
-	return chained;
 }
 
 /*
@@ -135,14 +134,18 @@ static void cpu_cached_publish(struct cpu_slab *c, uint64_t on_freelist)
  * slabs' go back to them, foreign ones in runs of neighbours from one slab
  * with one dwcas each; the thread's other slabs' stay too, or, when the
  * active slab is leaving (its chain must then be the list), go onto those
- * slabs' owner-local lists.
+ * slabs' owner-local lists. One walk, which rewrites a kept object's link
+ * only where objects left after it. Returns how many stay, the last in
+ * *last.
  */
-static void flush_foreign(struct uslab_cache *s, struct cpu_slab *c, bool leaving)
+static unsigned flush_foreign(struct uslab_cache *s, struct cpu_slab *c, bool leaving,
+			      void **last)
 {
 	void *keep = NULL, *keep_tail = NULL;
 	struct slab *run = NULL;
 	void *head = NULL, *tail = NULL;
 	unsigned cnt = 0, kept = 0, gone = 0, local = 0;
+	bool cut = false;   /* objects left the list since keep_tail */
 
 	for (void *p = c->freelist, *next; p; p = next) {
 		next = fp_get(s, p);
@@ -152,14 +155,16 @@ static void flush_foreign(struct uslab_cache *s, struct cpu_slab *c, bool leavin
 		bool own = READ_ONCE(slab->owner_cpu) == c;
 
 		if (own && (slab == c->slab || !leaving)) {
-			if (keep_tail)
-				fp_set(s, keep_tail, p);
-			else
+			if (!keep_tail)
 				keep = p;
+			else if (cut)
+				fp_set(s, keep_tail, p);
 			keep_tail = p;
+			cut = false;
 			kept++;
 			continue;
 		}
+		cut = true;
 		if (own) {   /* leaving: onto its own list */
 			slab_local_push(slab, p, s->fp_offset);
 			local++;
@@ -180,7 +185,7 @@ static void flush_foreign(struct uslab_cache *s, struct cpu_slab *c, bool leavin
 			cnt++;
 		}
 	}
-	if (keep_tail)
+	if (keep_tail && cut)
 		fp_set(s, keep_tail, NULL);
 	if (run) {
 		slab_free_chain(s, c, run, head, tail, cnt);
@@ -192,21 +197,26 @@ static void flush_foreign(struct uslab_cache *s, struct cpu_slab *c, bool leavin
 	c->freelist = keep;
 	c->foreign_left = s->foreign_max;
 	cpu_cached_publish(c, kept);
+	if (last)
+		*last = keep_tail;
+	return kept;
 }
 
 /* Give up the active slab: splice the private chain back and unfreeze. */
 static void cpu_slab_deactivate(struct uslab_cache *s, struct cpu_slab *c)
 {
 	struct slab *slab = c->slab;
-	void *chain;
+	void *tail;
+	/* one walk of the list (at thread exit, a cache miss per object) */
+	unsigned n = flush_foreign(s, c, true, &tail);
+	void *chain = c->freelist;   /* only the active slab's objects now: none without one */
 
-	flush_foreign(s, c, true);
-	chain = c->freelist;   /* only the active slab's objects now: none without one */
 	c->slab = NULL;
 	c->freelist = NULL;
 	c->base = c->limit = 0;
-	/* one walk of the chain (at thread exit, a cache miss per object) */
-	cpu_stats_fold(s, c, slab ? slab_release(s, slab, chain) : 0, 0);
+	if (slab)
+		slab_release(s, slab, chain, tail, n);
+	cpu_stats_fold(s, c, n, 0);
 }
 
 static void cpu_partial_drain(struct uslab_cache *s, struct cpu_slab *c)
@@ -222,7 +232,7 @@ static void cpu_partial_drain(struct uslab_cache *s, struct cpu_slab *c)
 		next = slab->next;
 		slab->next = NULL;
 		gone += (long)slab->local_count;
-		slab_release(s, slab, NULL);
+		slab_release(s, slab, NULL, NULL, 0);
 	}
 	if (gone)
 		cpu_cached_add(c, -gone);
@@ -523,7 +533,7 @@ void slab_free_cached(struct uslab_cache *s, struct slab *slab, void *obj)
 	if (unlikely(obj == c->freelist))
 		uslab_fatal(cache_free_call(s), obj, "double free");
 	if (!c->foreign_left)   /* budget spent, or a new cpu slab */
-		flush_foreign(s, c, false);
+		flush_foreign(s, c, false, NULL);
 	c->foreign_left--;
 	uslab_cpu_link_(cpu_fast(c), obj, s->fp_offset, fp_key_get());
 	cpu_cached_add(c, 1);

@@ -7,6 +7,7 @@
  *
  *   struct stats_signal sig;   (in main or static: the options point into it)
  *   stats_signal_setup(&sig, "uslab-my-test");   raise(SIGUSR2) writes sig.path
+ *   char *json = stats_signal_snapshot(&sig);    raises it, reads the snapshot
  *   stats_signal_teardown(&sig);                 no report after it, nor at exit
  */
 #ifndef USLAB_TEST_STATS_SIGNAL_H
@@ -14,6 +15,9 @@
 
 #include "test.h"
 #include "api.h"       /* stats_init */
+#include <signal.h>
+#include <string.h>
+#include <sys/stat.h>
 #include "options.h"   /* options_parse_entry, options_reset */
 
 struct stats_signal {
@@ -30,6 +34,20 @@ static inline void stats_signal_setup(struct stats_signal *s, const char *name)
 	options_parse_entry("USLAB_STATS_SIGNAL=USR2");
 	options_parse_entry(s->opt);
 	stats_init();
+}
+
+/* The snapshot a raised signal writes (by the handler, before raise
+ * returns), read back and checked to be one: the caller frees it. */
+static inline char *stats_signal_snapshot(const struct stats_signal *s)
+{
+	struct stat st;
+
+	raise(SIGUSR2);
+	REQUIRE(stat(s->path, &st) == 0);
+	char *json = test_read_file(s->path);
+	REQUIRE(json);
+	CHECK(strstr(json, "\"report\": \"signal\"") != NULL);
+	return json;
 }
 
 static inline void stats_signal_teardown(struct stats_signal *s)

@@ -118,7 +118,6 @@ int main(void)
 	struct stats_signal sig;
 	struct uslab_cache_info info;
 	pthread_t tid[THREADS];
-	struct stat st;
 	long live, cached;
 
 	alarm(120);
@@ -144,11 +143,7 @@ int main(void)
 	CHECK_EQ(table_live(table), THREADS);
 	free(table);
 
-	raise(SIGUSR2);   /* the handler writes the snapshot before raise returns */
-	REQUIRE(stat(sig.path, &st) == 0);
-	json = test_read_file(sig.path);
-	REQUIRE(json);
-	CHECK(strstr(json, "\"report\": \"signal\"") != NULL);
+	json = stats_signal_snapshot(&sig);
 	check_threads_cached(json, "the snapshot", false);
 	free(json);
 

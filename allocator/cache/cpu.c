@@ -146,15 +146,32 @@ static unsigned flush_foreign(struct uslab_cache *s, struct cpu_slab *c, bool le
 	void *head = NULL, *tail = NULL;
 	unsigned cnt = 0, kept = 0, gone = 0, local = 0;
 	bool cut = false;   /* objects left the list since keep_tail */
+	/* the active slab's objects (most, at a thread's exit): one compare */
+	uintptr_t base = c->base, span = c->slab ? (uintptr_t)s->objects * s->stride : 0;
 
 	for (void *p = c->freelist, *next; p; p = next) {
+		if ((uintptr_t)p - base < span) {
+			/* a run of the active slab's objects: kept as linked */
+			if (!keep_tail)
+				keep = p;
+			else if (cut)
+				fp_set(s, keep_tail, p);
+			cut = false;
+			do {   /* (NULL ends it too: it is below base) */
+				keep_tail = p;
+				kept++;
+				p = fp_get(s, p);
+			} while ((uintptr_t)p - base < span);
+			next = p;
+			continue;
+		}
 		next = fp_get(s, p);
-		struct slab *slab = cpu_slab_holds(s, c, p) ? c->slab : ptr_to_slab(p);
+		struct slab *slab = ptr_to_slab(p);
 		/* c's heap froze it (only that heap's thread stores this c:
 		 * another slab's owner may be changing it meanwhile) */
-		bool own = READ_ONCE(slab->owner_cpu) == c;
+		bool own = slab && READ_ONCE(slab->owner_cpu) == c;
 
-		if (own && (slab == c->slab || !leaving)) {
+		if (own && !leaving) {
 			if (!keep_tail)
 				keep = p;
 			else if (cut)

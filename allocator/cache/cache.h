@@ -270,6 +270,10 @@ void caches_lock_all(void);                            /* fork: registry, heaps,
 void caches_unlock_all(bool child);
 
 void *cache_alloc_slow(struct uslab_cache *s);
+/* The heap profiler's (cpu.c): the calling thread's allocations of s, and
+ * an allocation whose refilled freelist runs dry after at most k more. */
+uint64_t cache_thread_allocs(struct uslab_cache *s);
+void *cache_alloc_limited(struct uslab_cache *s, unsigned k);
 void cache_free_slow(struct uslab_cache *s, struct cpu_slab *c, void *obj);
 void slab_free_slow(struct uslab_cache *s, struct slab *slab, void *obj);
 void slab_free_cached(struct uslab_cache *s, struct slab *slab, void *obj);

@@ -477,6 +477,80 @@ void *cache_alloc_slow(struct uslab_cache *s)
 	return obj;
 }
 
+/*
+ * The calling thread's allocations of s, fast and slow, as its statistics
+ * count them: the folded counters plus what the fast path has taken since
+ * the last fold (cpu_stats_fold's sum, the freelist walked: free when it is
+ * empty, as when the fast path has just found it so). The thread has a
+ * heap (cpu_slab_get).
+ */
+uint64_t cache_thread_allocs(struct uslab_cache *s)
+{
+	struct cpu_slab *c = this_cpu_slab(s);
+	const long *st = heap_stat(tls_heap, s);
+	unsigned left = 0;
+
+	chain_last(s, c->freelist, &left);
+	return (uint64_t)(st[STAT_ALLOC_FAST] + st[STAT_ALLOC_SLOW] + (long)c->supplied +
+			  (long)c->fast_frees - (long)left);
+}
+
+/*
+ * Cut a freelist cpu_refill has just made (all of it the active slab's
+ * objects, c->supplied of them) after its first k: the rest waits on the
+ * slab's owner-local list, where every walk, flush and refill of a frozen
+ * slab's private objects finds it, until the fast path has run the list dry
+ * and a refill takes it back. Not frees: uncounted as such.
+ */
+static void cpu_freelist_cut(struct uslab_cache *s, struct cpu_slab *c, unsigned k)
+{
+	struct slab *slab = c->slab;
+	unsigned rest = c->supplied - k;
+	void *held, *last = NULL;
+
+	if (!slab || c->supplied <= k)
+		return;
+	if (k) {
+		last = c->freelist;
+		for (unsigned i = 1; i < k; i++)
+			last = fp_get(s, last);
+		held = fp_get(s, last);
+		fp_set(s, last, NULL);
+	} else {
+		held = c->freelist;
+		c->freelist = NULL;
+	}
+	if (slab->local_free) {   /* not after a refill, which takes it; kept right anyway */
+		unsigned n = 0;
+
+		fp_set(s, chain_last(s, held, &n), slab->local_free);
+	}
+	ASSERT_EXPENSIVE(({ unsigned n = 0; chain_last(s, held, &n); n == rest + slab->local_count; }));
+	slab->local_free = held;
+	slab->local_count += rest;
+	c->supplied = k;
+	stat_add(s, STAT_FREE_LOCAL, -(long)rest);   /* counted when a refill takes them */
+}
+
+/*
+ * An object of s as cache_alloc_fast gives it, except that a cpu freelist
+ * refilled for it keeps only its first k objects after this one (the rest
+ * held back, cpu_freelist_cut): the fast path then runs dry, and comes to
+ * the slow path, after at most k more allocations - unless frees push more
+ * onto the list meanwhile. The heap profiler's sample points (api/prof.c).
+ */
+void *cache_alloc_limited(struct uslab_cache *s, unsigned k)
+{
+	void *obj = uslab_cpu_pop_(cpu_fast(this_cpu_slab(s)), s->fp_offset, fp_key_get());
+
+	if (likely(obj))
+		return obj;
+	obj = cache_alloc_slow(s);
+	if (obj)
+		cpu_freelist_cut(s, this_cpu_slab(s), k);
+	return obj;
+}
+
 struct slab *object_slab(struct uslab_cache *s, void *obj, const char *call)
 {
 	struct slab *slab = ptr_to_slab(obj);

@@ -98,10 +98,22 @@ void *malloc_large_or_huge(size_t n, size_t align, bool *zeroed)
 	return p;
 }
 
-/* malloc's slow path for class cls: the start-up arena while it lasts
- * (arena.c), then the class's cache. */
+/* The layer above's sampler of small blocks (kmalloc.h), or NULL. */
+void *(*ksampler)(unsigned cls, size_t align, const void *site);
+
+void kmalloc_sample_classes(void *(*hook)(unsigned, size_t, const void *))
+{
+	WRITE_ONCE(ksampler, hook);
+}
+
+/* malloc's slow path for class cls: the sampler's while there is one, else
+ * the start-up arena while it lasts (arena.c), then the class's cache. */
 noinline void *kmalloc_slow(unsigned cls)
 {
+	void *(*hook)(unsigned, size_t, const void *) = READ_ONCE(ksampler);
+
+	if (unlikely(hook))   /* the caller: the entry point's, or its caller's if a tail call */
+		return hook(cls, 16, __builtin_return_address(0));
 	if (unlikely(READ_ONCE(kmalloc_arena_on))) {
 		void *p = arena_alloc(cls);
 
@@ -139,9 +151,20 @@ static void free_stray(void *p, const char *call)
 		free_invalid(p, call);
 }
 
+/* The layer above's hook told of every large or huge block about to be
+ * freed (kmalloc.h), or NULL. */
+static void (*kgone)(void *p);
+
+void kmalloc_divert_gone(void (*hook)(void *))
+{
+	WRITE_ONCE(kgone, hook);
+}
+
 /* free of anything but a small object: large run, huge block, or garbage. */
 void free_nonsmall(void *p, struct slab *slab, const char *call)
 {
+	void (*gone)(void *) = READ_ONCE(kgone);
+
 	if (slab) {
 		uint8_t kind = SLAB_KIND_LARGE;
 
@@ -152,9 +175,13 @@ void free_nonsmall(void *p, struct slab *slab, const char *call)
 		 * (large_alloc) and releases this free to a racing second one */
 		if (!try_cmpxchg_acq_rel(&slab->kind, &kind, SLAB_KIND_TAIL))
 			uslab_fatal(call, p, kind == SLAB_KIND_TAIL ? "double free" : "invalid pointer");
+		if (unlikely(gone))
+			gone(p);
 		large_free(slab);   /* kept runs stay marked TAIL: freed */
 		return;
 	}
+	if (unlikely(gone))   /* before the mapping can be another block */
+		gone(p);
 	if (!huge_free(p)) {
 		if (huge_was_freed(p))
 			free_freed(p, call);
@@ -188,6 +215,11 @@ void kmalloc_divert(void *(*malloc_hook)(size_t, const void *),
 	WRITE_ONCE(kdiv.free, free_hook);
 	WRITE_ONCE(kdiv.small_lim, malloc_hook ? 0 : KMALLOC_SMALL_LIM);
 	WRITE_ONCE(kdiv.mid_lim, malloc_hook ? 0 : KMALLOC_MID_LIM);
+}
+
+void kmalloc_divert_beyond(void *(*hook)(size_t, const void *))
+{
+	WRITE_ONCE(kdiv.malloc, hook);
 }
 
 void kmalloc_divert_stray(bool (*hook)(void *, const char *))
@@ -318,28 +350,45 @@ void *kmalloc_resize(void *p, size_t n, size_t have)
 	return n > LARGE_MAX ? huge_resize(p, n) : NULL;
 }
 
-/* Small class for an aligned request: the first class >= n whose size is a
- * multiple of align (objects then start on align boundaries). */
+/* Small class for an aligned request (kmalloc_aligned_class), with the
+ * sampler's slow path while there is one, else a large or huge block. */
 void *kmalloc_aligned(size_t align, size_t n)
+{
+	unsigned c = kmalloc_aligned_class(align, n);
+
+	if (c < NR_CLASSES) {
+		struct uslab_cache *s = kmalloc_cache(c);
+		void *(*hook)(unsigned, size_t, const void *) = READ_ONCE(ksampler);
+		/* a class not set up yet has no cpu_offset to go by */
+		void *p = likely(!kmalloc_unready(s)) ?
+				  uslab_cpu_pop_(cpu_fast(this_cpu_slab(s)), s->fp_offset, fp_key_get()) :
+				  NULL;
+
+		if (p)
+			return kmalloc_unmark(p);
+		if (unlikely(hook))
+			return hook(c, align, __builtin_return_address(0));
+		p = kmalloc_class_alloc(s);
+		return p ? kmalloc_unmark(p) : NULL;
+	}
+	return malloc_large_or_huge(n, align, NULL);
+}
+
+/* The class kmalloc_aligned serves align, n from: the first class >= n
+ * whose size is a multiple of align; NR_CLASSES: none (a large or huge
+ * block). */
+unsigned kmalloc_aligned_class(size_t align, size_t n)
 {
 	size_t want = n > align ? n : align;
 
 	/* slabs start on unit boundaries, so a class that is a multiple of
 	 * align (<= UNIT_SIZE) puts every object on an align boundary */
 	if (want <= SMALL_MAX && align <= UNIT_SIZE) {
-		for (unsigned c = size_class(want); c < NR_CLASSES; c++) {
-			struct uslab_cache *s = kmalloc_cache(c);
-
-			if (kmalloc_class_size[c] % align)
-				continue;
-			/* a class not set up yet has no cpu_offset to go by */
-			void *p = likely(!kmalloc_unready(s)) ? cache_alloc_fast(s) :
-								kmalloc_class_alloc(s);
-
-			return p ? kmalloc_unmark(p) : NULL;
-		}
+		for (unsigned c = size_class(want); c < NR_CLASSES; c++)
+			if (!(kmalloc_class_size[c] % align))
+				return c;
 	}
-	return malloc_large_or_huge(n, align, NULL);
+	return NR_CLASSES;
 }
 
 /* Give back everything that can be: the caller's cached slabs, empty slabs

@@ -132,6 +132,25 @@ void kmalloc_divert(void *(*malloc_hook)(size_t, const void *),
 /* Ask hook (NULL: nobody) about every pointer kfree_direct finds no block
  * starting at, before it aborts with "invalid pointer". */
 void kmalloc_divert_stray(bool (*hook)(void *, const char *));
+/* Send kmalloc_beyond's requests (large and huge blocks) to hook (NULL:
+ * not), the inline path's limits as they are. */
+void kmalloc_divert_beyond(void *(*hook)(size_t, const void *));
+/* Tell hook (NULL: nobody) of every large or huge block free is about to
+ * give back (the block is one; a huge block's double free may ask too). */
+void kmalloc_divert_gone(void (*hook)(void *));
+/*
+ * The sampler of small blocks (the profiler), whose work is in the slow
+ * paths alone: while it is set, kmalloc_slow and kmalloc_aligned's slow
+ * path call it (class, alignment, the caller's return address) instead of
+ * serving the request, and it serves it - with kmalloc_class_ready and
+ * kmalloc_class_limited, which keep its count and choose when the inline
+ * path comes back to it.
+ */
+extern void *(*ksampler)(unsigned cls, size_t align, const void *site);
+void kmalloc_sample_classes(void *(*hook)(unsigned, size_t, const void *));
+struct uslab_cache *kmalloc_class_ready(unsigned cls);
+void *kmalloc_class_limited(struct uslab_cache *s, unsigned k);
+unsigned kmalloc_aligned_class(size_t align, size_t n);   /* NR_CLASSES: not small */
 extern bool kmalloc_startup;                  /* the start-up classes serve (classes.c) */
 void kmalloc_startup_end(void);               /* ... no longer */
 

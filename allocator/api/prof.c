@@ -117,6 +117,14 @@ struct prof_block {
 };
 _Static_assert(sizeof(struct prof_block) == PROF_FRONT, "the header is the front");
 
+/* A large or huge block sampled as it is (no header: its size stays the
+ * one asked for), its record apart, in the profiler's own memory; front 0
+ * says so. Spare records wait on far_spare, linked by chain. */
+struct prof_far {
+	struct prof_block b;
+	void *user;                 /* the block's start */
+};
+
 /* A chained hash table in a mapping of its own. */
 struct prof_table {
 	size_t mask;                /* buckets - 1 */
@@ -132,16 +140,36 @@ static struct prof_table *blocks;   /* published with release: prof_owns reads i
 static struct prof_table *stacks;
 static struct prof_stack *newest;
 static char *chunk_next, *chunk_end;
+static struct link *far_spare;
 static uint64_t prof_mean;          /* USLAB_PROF_SAMPLE, at least 1 */
 static uint64_t prof_samples;       /* blocks sampled, ever */
 static unsigned prof_dumps;         /* profiles written: %n */
 static int prof_pending;            /* a signal asked for a profile */
 static uintptr_t self_lo, self_hi;  /* this library's code, if a shared object */
 
-/* Bytes the thread may still allocate before the next sample; 0 with
- * prof_rng 0: no interval drawn yet. */
+/*
+ * The calling thread's sample points. Each small class is a stream of its
+ * own, counted in objects of the class by the cache layer's statistics
+ * (cache_thread_allocs) minus the profiler's own blocks (own): seen is the
+ * count the stream's last slow-path call accounted for, left the bytes
+ * from there to the next sample. They refer to the heap prof_heap: a
+ * thread that gets another (a recycled one, with another's counts) starts
+ * every class afresh (prof_fresh: bit cls clear). Everything else the
+ * program allocates (large and huge blocks, realloc's growth) is one more
+ * stream, counted in bytes by prof_sample_due: prof_left. prof_rng 0: no
+ * interval drawn yet.
+ */
+struct prof_class {
+	uint64_t seen, left, own;
+};
+static __thread struct prof_class prof_cls[NR_CLASSES];
+static __thread uint64_t prof_ready;          /* bit cls: prof_cls[cls] counts */
+static __thread struct thread_heap *prof_heap;
 static __thread uint64_t prof_left;
 static __thread uint64_t prof_rng;
+static __thread bool prof_inside;             /* sampling: nothing inside is sampled */
+static __thread unsigned prof_own_class;      /* 1 + the class of the block the
+						 profiler is taking for itself; 0: none */
 
 /* ---- numbers --------------------------------------------------------------------- */
 
@@ -207,6 +235,8 @@ static uint64_t prof_draw(void)
 
 	if (prof_mean == 1)
 		return 0;
+	if (unlikely(!x))
+		x = os_random64() | 1;
 
 	x ^= x << 13;
 	x ^= x >> 7;
@@ -243,9 +273,16 @@ static struct prof_table *table_new(size_t buckets)
 	return t;
 }
 
+/* The program's pointer to a sampled block: after its header, or the one
+ * its record apart holds. */
+static void *block_user(const struct prof_block *b)
+{
+	return b->front ? (char *)(b + 1) : container_of(b, struct prof_far, b)->user;
+}
+
 static uint64_t block_key(const struct link *l)
 {
-	return addr_hash((uintptr_t)l + PROF_FRONT);
+	return addr_hash((uintptr_t)block_user(container_of(l, struct prof_block, chain)));
 }
 
 static uint64_t stack_key(const struct link *l)
@@ -301,7 +338,7 @@ static struct prof_block *block_find(const void *user, struct link ***where)
 	struct link **l = &blocks->heads[addr_hash((uintptr_t)user) & blocks->mask];
 
 	for (; *l; l = &(*l)->next) {
-		if ((char *)*l + PROF_FRONT == (const char *)user) {
+		if (block_user(container_of(*l, struct prof_block, chain)) == user) {
 			*where = l;
 			return container_of(*l, struct prof_block, chain);
 		}
@@ -607,18 +644,20 @@ static unsigned prof_backtrace(const void **pc, const void *site)
 	return depth;
 }
 
-/* n bytes more on the calling thread's count: true when the block is to
- * be sampled (prof_alloc then makes it, and draws the next interval). */
+/* n bytes more on the calling thread's count of the blocks no class
+ * serves: true when the block is to be sampled (prof_alloc then makes it;
+ * the next interval is drawn already). */
 bool prof_sample_due(size_t n)
 {
-	if (unlikely(!prof_rng)) {
-		prof_rng = os_random64();
+	if (prof_inside)
+		return false;
+	if (unlikely(!prof_rng))
 		prof_left = prof_draw();
-	}
 	if (n < prof_left) {
 		prof_left -= n;
 		return false;
 	}
+	prof_left = prof_draw();
 	return true;
 }
 
@@ -644,18 +683,91 @@ static bool prof_record(char *base, size_t front, size_t n, const void *const *p
 	return ok;
 }
 
+/* A block of total bytes aligned to align for the profiler itself. One of
+ * a class is not the program's: left out of the class's count (own), also
+ * by the class's slow path if it comes there (prof_own_class). */
+static void *prof_own_alloc(size_t align, size_t total)
+{
+	unsigned c = kmalloc_aligned_class(align, total);
+	void *p;
+
+	prof_own_class = c < NR_CLASSES ? c + 1 : 0;
+	p = kmalloc_aligned(align, total);
+	if (p && c < NR_CLASSES)
+		prof_cls[c].own++;
+	prof_own_class = 0;
+	return p;
+}
+
+/* The record apart of large or huge block p of n bytes, sampled at the
+ * stack pc; false: no memory for it. */
+static bool prof_record_far(void *p, size_t n, const void *const *pc, unsigned depth)
+{
+	struct prof_far *f;
+	bool ok = false;
+
+	prof_lock_take();
+	f = far_spare ? container_of(far_spare, struct prof_far, b.chain) : chunk_take(sizeof(*f));
+	if (f) {
+		if (far_spare)
+			far_spare = far_spare->next;
+		f->user = p;
+		f->b.size = n;
+		f->b.front = 0;
+		f->b.stack = stack_get(pc, depth);
+		ok = f->b.stack && blocks_reserve();
+	}
+	if (ok) {
+		table_insert(blocks, &f->b.chain, block_key(&f->b.chain));
+		f->b.stack->live_blocks++, f->b.stack->live_bytes += n;
+		f->b.stack->alloc_blocks++, f->b.stack->alloc_bytes += n;
+		prof_samples++;
+	} else if (f) {
+		f->b.chain.next = far_spare;
+		far_spare = &f->b.chain;
+	}
+	prof_unlock();
+	return ok;
+}
+
+/* A sampled block as the program asked for it, recorded apart: a large or
+ * huge block, which free's slow path reports to prof_far_gone. A block
+ * that cannot be recorded is the program's all the same, unsampled. */
+static void *prof_alloc_far(size_t n, size_t align, bool zero, const void *const *pc,
+			    unsigned depth)
+{
+	bool zeroed = false;
+	/* aligned to 16 at least: not from the start-up arena, whose frees
+	 * do not tell prof_far_gone */
+	void *p = malloc_large_or_huge(n, align > 16 ? align : 16, zero ? &zeroed : NULL);
+
+	if (p) {
+		prof_record_far(p, n, pc, depth);
+		if (zero && !zeroed)
+			memset(p, 0, n);
+	}
+	return p;
+}
+
+/* The sampled block of n bytes, aligned to align, allocated at site: a
+ * large or huge one as it is (prof_alloc_far), while the sample is one of
+ * many (USLAB_PROF_SAMPLE > 1: every one keeps its header, so that free
+ * tells each misuse apart alike); else the program's bytes behind a
+ * header, in a block of the profiler's. */
 void *prof_alloc(size_t n, size_t align, bool zero, const void *site)
 {
 	const void *pc[PROF_DEPTH];
 	size_t front = align > PROF_FRONT ? align : PROF_FRONT, total;
 	void *user = NULL;
 
-	prof_left = UINT64_MAX;   /* nothing inside is sampled */
+	prof_inside = true;
 	unsigned depth = prof_backtrace(pc, site);
-	if (front > UINT32_MAX || __builtin_add_overflow(n ? n : 1, front, &total)) {
+	if (prof_mean > 1 && kmalloc_aligned_class(align > 16 ? align : 16, n) == NR_CLASSES) {
+		user = prof_alloc_far(n, align, zero, pc, depth);
+	} else if (front > UINT32_MAX || __builtin_add_overflow(n ? n : 1, front, &total)) {
 		errno = ENOMEM;
 	} else {
-		char *base = kmalloc_aligned(align > 16 ? align : 16, total);
+		char *base = prof_own_alloc(align > 16 ? align : 16, total);
 
 		if (base && prof_record(base, front, n, pc, depth)) {
 			user = base + front;
@@ -666,30 +778,91 @@ void *prof_alloc(size_t n, size_t align, bool zero, const void *site)
 			errno = ENOMEM;
 		}
 	}
-	prof_left = prof_draw();
+	prof_inside = false;
 	return user;
 }
 
-/* prof_malloc_call's count reached n: the thread's first interval drawn,
- * or the block sampled. Apart, so that the hook's usual way saves no
- * register. */
-static noinline void *prof_malloc_due(size_t n, const void *site)
+/*
+ * The slow path of small class cls while the profiler is on (ksampler):
+ * the inline path has run the class's freelist dry, either because it was
+ * used up or because this allocation is the class's next sample point,
+ * where an earlier call cut the list (cache_alloc_limited). The count
+ * says which: the objects allocated since the last call, this one
+ * included, reach the interval or not. A sample is a block of the class's
+ * size, the size recorded (the inline path passed no other); otherwise an
+ * object of the class, its freelist, if refilled, cut at the next sample
+ * point. Within a sample nothing is sampled: an interval that ends there
+ * ends at the class's next call.
+ */
+static void *prof_class_call(unsigned cls, size_t align, const void *site)
 {
-	if (!prof_sample_due(n))
-		return kmalloc_direct(n);
+	struct uslab_cache *s = kmalloc_class_ready(cls);
+
+	if (unlikely(!s))
+		return NULL;
+	cls = kmalloc_class_of(s);   /* a start-up class may serve cls */
+
+	struct prof_class *st = &prof_cls[cls];
+	uint64_t size = kmalloc_class_size[cls];
+	bool mine = prof_own_class == cls + 1;
+
+	if (unlikely(tls_heap != prof_heap)) {
+		prof_heap = tls_heap;
+		prof_ready = 0;
+	}
+	uint64_t count = cache_thread_allocs(s) - st->own;   /* the freelist is empty */
+	if (unlikely(!(prof_ready >> cls & 1))) {
+		prof_ready |= 1ull << cls;
+		st->seen = count;
+		st->left = prof_draw();
+	}
+	uint64_t bytes = (count - st->seen + !mine) * size;
+
+	st->seen = count;
+	if (bytes < st->left) {
+		st->left -= bytes;
+	} else if (prof_inside) {
+		st->left = 0;
+	} else {
+		st->left = prof_draw();
+		return prof_alloc(size, align, false, site);
+	}
+	/* the allocation whose bytes reach left is the k + 1-th from here */
+	uint64_t k = st->left ? (st->left - 1) / size : 0;
+	void *p = kmalloc_class_limited(s, k < UINT32_MAX ? (unsigned)k : UINT32_MAX);
+
+	if (p && !mine)
+		st->seen++;
+	return p;
+}
+
+/* With USLAB_PROF_SAMPLE=1 every block is sampled, so every malloc comes
+ * to the profiler anyway: through the divert (kmalloc.h), which gives the
+ * size asked for, not the class's. */
+static void *prof_every_call(size_t n, const void *site)
+{
+	if (prof_inside)
+		return n <= SMALL_MAX ? kmalloc_direct(n) : malloc_large_or_huge(n, 0, NULL);
 	return prof_alloc(n, 0, false, site);
 }
 
-/* malloc's way in while the profiler is on (kdiv.malloc). */
-static void *prof_malloc_call(size_t n, const void *site)
+/* Whether memalign's block of n bytes aligned to align is to be sampled
+ * there (prof_alloc): not a small class's while the classes sample their
+ * own (prof_class_call, through kmalloc_aligned). */
+bool prof_aligned_due(size_t align, size_t n)
 {
-	uint64_t left = prof_left;
+	if (kmalloc_aligned_class(align, n) < NR_CLASSES && prof_mean > 1)
+		return false;
+	return prof_sample_due(n);
+}
 
-	if (likely(n < left)) {
-		prof_left = left - n;
-		return kmalloc_direct(n);
-	}
-	return prof_malloc_due(n, site);
+/* kmalloc_beyond's requests (large and huge blocks) while the profiler is
+ * on: counted in bytes by prof_sample_due. */
+static void *prof_beyond_call(size_t n, const void *site)
+{
+	if (prof_sample_due(n))
+		return prof_alloc(n, 0, false, site);
+	return malloc_large_or_huge(n, 0, NULL);
 }
 
 /* Whether p may be a sampled block, without the lock: a block's bucket is
@@ -742,12 +915,86 @@ static bool prof_free_stray(void *p, const char *call)
 	return true;
 }
 
+/* free's slow path about large or huge block p (kmalloc_divert_gone),
+ * which it has made sure is one and is about to free: if it is sampled,
+ * out of the table (a header's block is not one: its user pointer starts
+ * no block). */
+static void prof_far_gone(void *p)
+{
+	struct link **where;
+	struct prof_block *b;
+
+	if (!prof_maybe(p))
+		return;
+	prof_lock_take();
+	b = block_find(p, &where);
+	if (b && !b->front) {
+		WRITE_ONCE(*where, b->chain.next);
+		blocks->count--;
+		b->stack->live_blocks--;
+		b->stack->live_bytes -= b->size;
+		b->chain.next = far_spare;
+		far_spare = &b->chain;
+	}
+	prof_unlock();
+}
+
+/* The front of sampled block p (the caller owns p): 0 for one recorded
+ * apart. */
+static size_t prof_front(const void *p)
+{
+	struct link **where;
+
+	prof_lock_take();
+	struct prof_block *b = block_find(p, &where);
+	size_t front = b ? b->front : 0;
+	prof_unlock();
+	return front;
+}
+
 /* Bytes usable at sampled block p. */
 size_t prof_usable_size(const void *p)
 {
-	const struct prof_block *b = (const struct prof_block *)p - 1;
+	size_t front = prof_front(p);
 
-	return kmalloc_usable_size((const char *)p - b->front, "malloc_usable_size") - b->front;
+	return kmalloc_usable_size((const char *)p - front, "malloc_usable_size") - front;
+}
+
+/* realloc of p, a sampled block recorded apart: resized as any block is
+ * (kmalloc_resize; moved by mremap perhaps), its record following it out
+ * of the table meanwhile, so that a run moved and freed inside is not
+ * taken for it; else moved to a new allocation (sampled or not, by the
+ * count) and freed. */
+static void *prof_realloc_far(void *p, size_t n, const void *site)
+{
+	struct link **where;
+	size_t have = kmalloc_usable_size(p, "realloc");
+	struct prof_block *b;
+
+	prof_lock_take();
+	b = block_find(p, &where);
+	WRITE_ONCE(*where, b->chain.next);
+	blocks->count--;
+	prof_unlock();
+	void *q = kmalloc_resize(p, n, have);
+	prof_lock_take();
+	container_of(b, struct prof_far, b)->user = q ? q : p;
+	if (q) {
+		b->stack->live_bytes += n - b->size;   /* modulo 2^64: a shrink too */
+		if (n > b->size)
+			b->stack->alloc_bytes += n - b->size;
+		b->size = n;
+	}
+	table_insert(blocks, &b->chain, block_key(&b->chain));   /* the room it had */
+	prof_unlock();
+	if (q)
+		return q;
+	q = n > SMALL_MAX ? prof_beyond_call(n, site) : kmalloc(n);
+	if (!q)
+		return NULL;
+	memcpy(q, p, have < n ? have : n);
+	kfree(p, "realloc");
+	return q;
 }
 
 /* Sampled block p resized to n where its kmalloc block allows it
@@ -787,12 +1034,15 @@ static void *prof_resize(void *p, size_t n)
  * moved, the new block a new allocation (sampled or not, by the count). */
 void *prof_realloc(void *p, size_t n, const void *site)
 {
+	if (!prof_front(p))
+		return prof_realloc_far(p, n, site);
+
 	size_t have = prof_usable_size(p);
 	void *q = prof_resize(p, n);
 
 	if (q)
 		return q;
-	q = prof_malloc_call(n, site);
+	q = n > SMALL_MAX ? prof_beyond_call(n, site) : kmalloc(n);
 	if (!q)
 		return NULL;
 	memcpy(q, p, have < n ? have : n);
@@ -813,7 +1063,7 @@ void prof_grown(size_t growth, const void *site)
 {
 	const void *pc[PROF_DEPTH];
 
-	prof_left = UINT64_MAX;   /* nothing inside is sampled */
+	prof_inside = true;
 	unsigned depth = prof_backtrace(pc, site);
 	prof_lock_take();
 	struct prof_stack *s = stack_get(pc, depth);
@@ -822,7 +1072,7 @@ void prof_grown(size_t growth, const void *site)
 		prof_samples++;
 	}
 	prof_unlock();
-	prof_left = prof_draw();
+	prof_inside = false;
 }
 
 /* ---- the summary at exit ---------------------------------------------------------------- */
@@ -1012,9 +1262,9 @@ __attribute__((constructor)) static void prof_at_load(void)
 	/* backtrace loads the unwinder on its first call, which allocates:
 	 * now, and unsampled */
 	void *pc[2];
-	prof_left = UINT64_MAX;
+	prof_inside = true;
 	backtrace(pc, 2);
-	prof_left = 0;
+	prof_inside = false;
 
 	int sig = (int)option(OPT_PROF_SIGNAL);
 	if (sig > 0 && sig == option(OPT_STATS_SIGNAL)) {
@@ -1033,7 +1283,13 @@ __attribute__((constructor)) static void prof_at_load(void)
 	WRITE_ONCE(prof_on, true);
 	/* the stray hook first: no sampled block may exist without it */
 	kmalloc_divert_stray(prof_free_stray);
-	kmalloc_divert(prof_malloc_call, NULL);
+	if (prof_mean == 1) {
+		kmalloc_divert(prof_every_call, NULL);
+	} else {
+		kmalloc_divert_gone(prof_far_gone);
+		kmalloc_sample_classes(prof_class_call);
+		kmalloc_divert_beyond(prof_beyond_call);
+	}
 }
 
 __attribute__((destructor)) static void prof_at_exit(void)

@@ -22,11 +22,24 @@
  *   signal     USLAB_PROF_SIGNAL writes a profile at once (%n numbers
  *              them), also while another thread samples all the time (the
  *              handler then leaves it to the lock's holder)
+ *   rates      at one sample per 64 KiB, the number of blocks sampled from
+ *              small blocks only, from a mix of small and large ones, and
+ *              from large and huge ones only, each as the sampling's law
+ *              says (within five standard deviations): the classes' own
+ *              countdowns and the big blocks' one add up to one Poisson
+ *              process over the bytes, whatever the mix
+ *   threads    sampled blocks (with a header and recorded apart) freed by
+ *              a thread that did not allocate them, and realloc'd; threads
+ *              that exit with a class's freelist cut at its sample point:
+ *              nothing lost (every cache validates), nothing left live
+ *   fork       a child forked while the profiler samples allocates, frees,
+ *              validates and writes its own profile; so does the parent
  *   debug      USLAB_DEBUG=1 wins over USLAB_PROF=1, with a warning
  *   off        without USLAB_PROF, uslab_prof_dump says -EINVAL
  */
 #define _GNU_SOURCE
 #include "test.h"
+#include "kmalloc_check.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -154,7 +167,7 @@ static char *path_in_dir(const char *name, char *buf, size_t size)
 /* ---- the call sites (exported: the profile must name them) ------------------------------------------- */
 
 #define SITE(name)                                                                      \
-	__attribute__((noinline)) void *name(size_t n)                                  \
+	__attribute__((__noinline__)) void *name(size_t n)                                \
 	{                                                                               \
 		void *p = uslab_malloc(n);                                              \
 		REQUIRE(p != NULL);                                                     \
@@ -397,6 +410,173 @@ static void case_debug(void)
 	uslab_free(p);
 }
 
+/* ---- rates ----------------------------------------------------------------------------------------- */
+
+#define RATE_MEAN (64 << 10)
+
+/* Blocks sampled ever, from a profile written now. */
+static double samples_now(const char *name)
+{
+	static struct profile p;
+	char path[128];
+
+	CHECK_EQ(uslab_prof_dump(path_in_dir(name, path, sizeof(path))), 0);
+	if (!read_profile(path, &p)) {
+		test_failures++;
+		return 0;
+	}
+	return p.raw[2];
+}
+
+/* n blocks of sizes[i % nsizes] allocated and freed at once; the samples
+ * they gave against the law's expectation: each block sampled with chance
+ * 1 - exp(-size / mean), the sizes being classes' or large. */
+static void rate_mix(const char *what, const size_t *sizes, int nsizes, long n)
+{
+	double expect = 0, var = 0;
+	double before = samples_now("rate.heap");
+
+	for (long i = 0; i < n; i++) {
+		size_t size = sizes[i % nsizes];
+		char *p = uslab_malloc(size);
+		double q = 1 - exp(-(double)size / RATE_MEAN);
+
+		REQUIRE(p != NULL);
+		p[size - 1] = 1;
+		uslab_free(p);
+		expect += q;
+		var += q * (1 - q);
+	}
+	double got = samples_now("rate.heap") - before;
+	/* the dump's own reading allocates nothing through uslab_ */
+	if (fabs(got - expect) > 5 * sqrt(var) + 2) {
+		fprintf(stderr, "%s: %.0f blocks sampled, %.0f +- %.0f expected\n", what, got, expect,
+			sqrt(var));
+		test_failures++;
+	}
+}
+
+static void case_rates(void)
+{
+	static const size_t small[] = { 64 };
+	static const size_t mixed[] = { 16, 48, 128, 320, 1024, 4096, 18432, 32768, 40000, 100000,
+					16, 64, 256, 2304 };
+	static const size_t big[] = { 40000, 65536, 150000, 300000, 1 << 20, 3 << 20 };
+
+	rate_mix("small", small, 1, 1l << 20);     /* 64 MiB: about 1,000 samples */
+	rate_mix("mixed", mixed, 14, 300000);      /* 63 GiB / 14: 4,000 */
+	rate_mix("big", big, 6, 3000);             /* 2.3 GiB: 2,300 */
+}
+
+/* ---- threads ---------------------------------------------------------------------------------------- */
+
+#define THREAD_BLOCKS 4000
+
+static size_t thread_size(int i)
+{
+	static const size_t sizes[] = { 24, 100, 700, 3000, 20000, 50000, 2 << 20, 4 << 20 };
+
+	return sizes[i % 8];
+}
+
+/* Allocates blocks into arg's array, frees half, and exits with its
+ * classes' lists cut (one sample per 4 KiB: every class's is). */
+static void *allocate_some(void *arg)
+{
+	void **v = arg;
+
+	for (int i = 0; i < THREAD_BLOCKS; i++) {
+		v[i] = uslab_malloc(thread_size(i));
+		REQUIRE(v[i] != NULL);
+		test_fill(v[i], thread_size(i) < 4096 ? thread_size(i) : 4096);
+	}
+	for (int i = 0; i < THREAD_BLOCKS; i += 2) {
+		uslab_free(v[i]);
+		v[i] = NULL;
+	}
+	return NULL;
+}
+
+static void case_threads(void)
+{
+	static void *v[THREAD_BLOCKS];
+	static struct profile p;
+	char path[128];
+
+	for (int round = 0; round < 3; round++) {
+		pthread_t t;
+
+		REQUIRE(pthread_create(&t, NULL, allocate_some, v) == 0);
+		REQUIRE(pthread_join(t, NULL) == 0);
+		for (int i = 1; i < THREAD_BLOCKS; i += 2) {   /* theirs, here */
+			size_t n = thread_size(i), k = n < 4096 ? n : 4096;
+
+			CHECK(test_intact(v[i], k));
+			if (i % 4 == 1) {   /* grown (moved or not), and its bytes kept */
+				uint64_t seed = test_block_seed(v[i], k);
+
+				v[i] = uslab_realloc(v[i], n + n / 2);
+				REQUIRE(v[i] != NULL);
+				CHECK(uslab_malloc_usable_size(v[i]) >= n + n / 2);
+				CHECK(test_intact_seed(v[i], k, seed));
+			}
+			uslab_free(v[i]);
+		}
+	}
+	CHECK_EQ(kmalloc_validate_all(), 0);
+	CHECK_EQ(uslab_prof_dump(path_in_dir("threads.heap", path, sizeof(path))), 0);
+	if (read_profile(path, &p)) {
+		CHECK(p.raw[2] > 1000);   /* sampled: one per 4 KiB of some 300 MiB */
+		CHECK_EQ(p.raw[0], 0);    /* and none live */
+	} else {
+		test_failures++;
+	}
+}
+
+/* ---- fork ------------------------------------------------------------------------------------------- */
+
+static void churn(int n)
+{
+	static void *keep[64];
+
+	for (int i = 0; i < n; i++) {
+		size_t size = (size_t)16 << (i % 13);   /* 16 B ... 64 KiB */
+
+		uslab_free(keep[i % 64]);
+		keep[i % 64] = uslab_malloc(size);
+		REQUIRE(keep[i % 64] != NULL);
+		memset(keep[i % 64], i, size);
+	}
+}
+
+static void case_fork(void)
+{
+	char path[128];
+	pthread_t t;
+	static void *v[THREAD_BLOCKS];
+
+	churn(20000);
+	REQUIRE(pthread_create(&t, NULL, allocate_some, v) == 0);   /* sampling meanwhile */
+	pid_t pid = fork();
+	REQUIRE(pid >= 0);
+	if (pid == 0) {
+		churn(20000);
+		if (kmalloc_validate_all() != 0 ||
+		    uslab_prof_dump(path_in_dir("child.heap", path, sizeof(path))) != 0)
+			_exit(1);
+		_exit(0);
+	}
+	REQUIRE(pthread_join(t, NULL) == 0);
+	churn(20000);
+	int status;
+	REQUIRE(waitpid(pid, &status, 0) == pid);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	CHECK_EQ(kmalloc_validate_all(), 0);
+	CHECK_EQ(uslab_prof_dump(path_in_dir("parent.heap", path, sizeof(path))), 0);
+	static struct profile p;
+	CHECK(read_profile(path_in_dir("child.heap", path, sizeof(path)), &p) && p.raw[2] > 0);
+}
+
 /* ---- the cases, each in a child with its environment -------------------------------------------- */
 
 struct prof_case {
@@ -413,6 +593,9 @@ static const struct prof_case cases[] = {
 			       "USLAB_PROF_FILE=@/leak.%p.heap" } },
 	{ "signal", case_signal, { "USLAB_PROF=1", "USLAB_PROF_SAMPLE=1", "USLAB_PROF_TOP=0",
 				   "USLAB_PROF_SIGNAL=USR1", "USLAB_PROF_FILE=@/sig.%n.heap" } },
+	{ "rates", case_rates, { "USLAB_PROF=1", "USLAB_PROF_SAMPLE=64k", "USLAB_PROF_TOP=0" } },
+	{ "threads", case_threads, { "USLAB_PROF=1", "USLAB_PROF_SAMPLE=4k", "USLAB_PROF_TOP=0" } },
+	{ "fork", case_fork, { "USLAB_PROF=1", "USLAB_PROF_SAMPLE=4k", "USLAB_PROF_TOP=0" } },
 	{ "debug", case_debug, { "USLAB_PROF=1", "USLAB_DEBUG=1" } },
 };
 

@@ -796,11 +796,14 @@ void *prof_alloc(size_t n, size_t align, bool zero, const void *site)
  */
 static void *prof_class_call(unsigned cls, size_t align, const void *site)
 {
-	struct uslab_cache *s = kmalloc_class_ready(cls);
+	struct uslab_cache *s = kmalloc_cache(cls);
 
-	if (unlikely(!s))
-		return NULL;
-	cls = kmalloc_class_of(s);   /* a start-up class may serve cls */
+	if (unlikely(kmalloc_unready(s) || !heap_has_chunk(tls_heap, s))) {
+		s = kmalloc_class_ready(cls);
+		if (unlikely(!s))
+			return NULL;
+		cls = kmalloc_class_of(s);   /* a start-up class may serve cls */
+	}
 
 	struct prof_class *st = &prof_cls[cls];
 	uint64_t size = kmalloc_class_size[cls];

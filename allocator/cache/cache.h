@@ -270,10 +270,28 @@ void caches_lock_all(void);                            /* fork: registry, heaps,
 void caches_unlock_all(bool child);
 
 void *cache_alloc_slow(struct uslab_cache *s);
-/* The heap profiler's (cpu.c): the calling thread's allocations of s, and
- * an allocation whose refilled freelist runs dry after at most k more. */
-uint64_t cache_thread_allocs(struct uslab_cache *s);
+/* The heap profiler's (cpu.c): an allocation whose refilled freelist runs
+ * dry after at most k more. */
 void *cache_alloc_limited(struct uslab_cache *s, unsigned k);
+
+/*
+ * The calling thread's allocations of s, fast and slow, as its statistics
+ * count them: the folded counters plus what the fast path has taken since
+ * the last fold (cpu_stats_fold's sum, the freelist walked: nothing to walk
+ * when it is empty, as when the fast path has just found it so). The thread
+ * has a heap with s's chunk (cpu_slab_get). For the heap profiler.
+ */
+static inline uint64_t cache_thread_allocs(const struct uslab_cache *s)
+{
+	const struct cpu_slab *c = this_cpu_slab(s);
+	const long *st = heap_stat(tls_heap, s);
+	long left = 0;
+
+	for (void *p = c->freelist; p; p = fp_get(s, p))
+		left++;
+	return (uint64_t)(st[STAT_ALLOC_FAST] + st[STAT_ALLOC_SLOW] + (long)c->supplied +
+			  (long)c->fast_frees - left);
+}
 void cache_free_slow(struct uslab_cache *s, struct cpu_slab *c, void *obj);
 void slab_free_slow(struct uslab_cache *s, struct slab *slab, void *obj);
 void slab_free_cached(struct uslab_cache *s, struct slab *slab, void *obj);

@@ -478,24 +478,6 @@ void *cache_alloc_slow(struct uslab_cache *s)
 }
 
 /*
- * The calling thread's allocations of s, fast and slow, as its statistics
- * count them: the folded counters plus what the fast path has taken since
- * the last fold (cpu_stats_fold's sum, the freelist walked: free when it is
- * empty, as when the fast path has just found it so). The thread has a
- * heap (cpu_slab_get).
- */
-uint64_t cache_thread_allocs(struct uslab_cache *s)
-{
-	struct cpu_slab *c = this_cpu_slab(s);
-	const long *st = heap_stat(tls_heap, s);
-	unsigned left = 0;
-
-	chain_last(s, c->freelist, &left);
-	return (uint64_t)(st[STAT_ALLOC_FAST] + st[STAT_ALLOC_SLOW] + (long)c->supplied +
-			  (long)c->fast_frees - (long)left);
-}
-
-/*
  * Cut a freelist cpu_refill has just made (all of it the active slab's
  * objects, c->supplied of them) after its first k: the rest waits on the
  * slab's owner-local list, where every walk, flush and refill of a frozen

@@ -44,14 +44,16 @@ bool uslab_fork_took_locks_(void);     /* process.c: for tests */
 
 /* prof.c: USLAB_PROF=1, the heap profiler. prof_on is written once, by a
  * constructor before the program's threads, after the debug mode's choice
- * (which wins); plain loads. malloc and free do not test it: kmalloc is
- * diverted to the profiler's hook, and a sampled block, which no kmalloc
- * block starts at, reaches it through kfree_direct's stray hook (kmalloc.h).
- * The other entry points test it with one compare: calloc's large blocks,
- * memalign's over-aligned ones and realloc's growth in place are counted
- * with prof_sample_due (true: make the block with prof_alloc, or record
- * the growth with prof_grown); realloc and malloc_usable_size of a sampled
- * block (prof_owns) go to prof.c. */
+ * (which wins); plain loads. malloc and free do not test it: kmalloc's slow
+ * paths call the profiler's hooks (ksampler for the small classes,
+ * kmalloc_beyond's for large and huge blocks), a sampled small block, which
+ * no kmalloc block starts at, reaches it through kfree_direct's stray hook,
+ * and a large or huge one through free_nonsmall's (kmalloc.h). The other
+ * entry points test it with one compare: calloc's large blocks, memalign's
+ * large or over-aligned ones (prof_aligned_due) and realloc's growth in
+ * place are counted with prof_sample_due (true: make the block with
+ * prof_alloc, or record the growth with prof_grown); realloc and
+ * malloc_usable_size of a sampled block (prof_owns) go to prof.c. */
 extern bool prof_on;
 static inline bool prof_active(void)
 {

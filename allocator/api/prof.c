@@ -4,24 +4,41 @@
  * memory, and which allocated the most, from a sample of the blocks, cheap
  * enough to leave on in production (docs/profiling.md).
  *
- * Sampling. Each thread counts the bytes it allocates down from a random
- * interval, exponentially distributed with mean USLAB_PROF_SAMPLE, drawn
- * from a per-thread generator; the block that reaches zero is sampled and a
- * fresh interval starts after it. The sample points are then a Poisson
- * process over the bytes allocated: a block of n bytes is sampled with
- * probability 1 - exp(-n / mean), whatever the sizes around it, and a
- * sampled block stands for 1 / that many blocks - the "heap_v2" convention
- * that google-pprof and jeprof undo when they read a profile.
+ * Sampling. The sample points are a Poisson process over the bytes each
+ * thread allocates, one per USLAB_PROF_SAMPLE on average: a block of n
+ * bytes is sampled with probability 1 - exp(-n / mean), whatever the sizes
+ * around it, and a sampled block stands for 1 / that many blocks - the
+ * "heap_v2" convention that google-pprof and jeprof undo when they read a
+ * profile. The process is split into streams, each with its own countdown,
+ * exponential with the same mean, from a per-thread generator: one per
+ * small class (counting objects of the class, so n is the class's size)
+ * and one for everything else (large and huge blocks, realloc's growth in
+ * place, counting the bytes asked for). Split so, it is the same process:
+ * the exponential distribution is memoryless, so whichever stream the
+ * bytes go to, the chance of a sample in the next byte stays 1 / mean.
  *
- * Reaching the allocations. While the profiler is on, kmalloc is diverted to
- * prof_malloc_call (kmalloc.h: the limits are 0, so malloc's inline path
- * ends in the hook): a compare and a subtraction on a thread-local counter,
- * then kmalloc_direct, the inline path again. calloc's large blocks,
- * memalign's over-aligned ones and realloc's in-place growth are counted by
- * api/malloc.c through prof_sample_due. free is not diverted: its inline
- * path stays as it is for every block that is not sampled.
+ * Reaching the allocations. malloc's inline path is not diverted. A small
+ * class's countdown is kept by its slow path (ksampler, kmalloc.h:
+ * prof_class_call), which counts the allocations the inline path made
+ * since it last came there from the cache layer's statistics
+ * (cache_thread_allocs), and, if the countdown is not reached, serves the
+ * allocation and cuts the class's refilled freelist after the objects that
+ * fit before the next sample point (cache_alloc_limited: the rest waits on
+ * the active slab's owner-local list). The inline path so runs dry at the
+ * sample point and comes back to take the sample. A free that pushes onto
+ * the list meanwhile (malloc's foreign frees) lengthens it: counted all
+ * the same, and that stream's sample taken at its next slow path, a few
+ * blocks late. The profiler's own blocks of a class (the sampled blocks'
+ * containers) are left out of its count (own). kmalloc_beyond's requests
+ * go to prof_beyond_call (kmalloc_divert_beyond), and calloc's large blocks,
+ * memalign's large or over-aligned ones and realloc's in-place growth are
+ * counted by api/malloc.c through prof_sample_due. With USLAB_PROF_SAMPLE=1
+ * every block is sampled: there malloc is diverted (prof_every_call), which
+ * gives each block's exact size. free is not diverted: its inline path
+ * stays as it is for every block that is not sampled.
  *
- * A sampled block sits inside a kmalloc block, behind a header:
+ * A sampled small block (and, with USLAB_PROF_SAMPLE=1, every one) sits
+ * inside a kmalloc block, behind a header:
  *
  *   base                         user = base + front
  *   | (align padding) | header 32 B |  the program's n bytes ... |
@@ -32,10 +49,14 @@
  * kfree's inline path refuses it and kfree_direct, finding no block there,
  * asks prof_free_stray (kdiv.stray) before it would call the pointer
  * invalid. The base comes from kmalloc_aligned, never from the start-up
- * arena, whose frees do not ask.
+ * arena, whose frees do not ask. A sampled large or huge block is the
+ * program's block as it is (a header would push a 2 MiB block into a
+ * mapping of its own, and 4 MiB into 4 MiB + 4 KiB), its record apart
+ * (struct prof_far): their frees are slow paths already, and free_nonsmall
+ * tells prof_far_gone of each (kmalloc_divert_gone).
  *
  * Which pointers are sampled: a chained hash table whose chains run
- * through the headers. A pointer not in it is no block of the profiler's,
+ * through the headers and the records apart. A pointer not in it is no block of the profiler's,
  * and nothing is read at it. realloc and malloc_usable_size ask about every
  * pointer while the profiler is on: prof_owns first looks, without the
  * lock, whether the pointer's bucket is empty (the table is kept at most
@@ -47,9 +68,9 @@
  * (the caller's return address, which the entry point passes down) and
  * past this library's own frames when it is a shared object (operator new
  * calls uslab_malloc). The unwinder is loaded by a first call at start-up:
- * its first use allocates. While a thread samples, its counter is at the
- * maximum, so the allocations of the unwinder, or of anything else inside,
- * are never sampled: the profiler does not recurse into itself. Each
+ * its first use allocates. While a thread samples (prof_inside), the
+ * allocations of the unwinder, or of anything else inside, are never
+ * sampled: the profiler does not recurse into itself. Each
  * distinct stack is a record with four counters (sampled blocks and bytes,
  * live and ever allocated), in a second table, from mappings of their own,
  * never freed.

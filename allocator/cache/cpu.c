@@ -523,13 +523,15 @@ static void cpu_freelist_cut(struct uslab_cache *s, struct cpu_slab *c, unsigned
  */
 void *cache_alloc_limited(struct uslab_cache *s, unsigned k)
 {
-	void *obj = uslab_cpu_pop_(cpu_fast(this_cpu_slab(s)), s->fp_offset, fp_key_get());
+	struct cpu_slab *c = this_cpu_slab(s);
+	void *obj = uslab_cpu_pop_(cpu_fast(c), s->fp_offset, fp_key_get());
 
 	if (likely(obj))
 		return obj;
+	bool refill = !c->freelist;   /* not a head the pop refused */
 	obj = cache_alloc_slow(s);
-	if (obj)
-		cpu_freelist_cut(s, this_cpu_slab(s), k);
+	if (obj && refill && c == this_cpu_slab(s))   /* (a thread's first heap: not cut) */
+		cpu_freelist_cut(s, c, k);
 	return obj;
 }
 

@@ -191,6 +191,11 @@ static __thread uint64_t prof_rng;
 static __thread bool prof_inside;             /* sampling: nothing inside is sampled */
 static __thread unsigned prof_own_class;      /* 1 + the class of the block the
 						 profiler is taking for itself; 0: none */
+/* The sampled block prof_owns found last, and its record: realloc and
+ * malloc_usable_size ask prof_owns first, then about the same block, which
+ * their caller owns, so the record stays as it is meanwhile. */
+static __thread const void *prof_found_user;
+static __thread struct prof_block *prof_found;
 
 /* ---- numbers --------------------------------------------------------------------- */
 
@@ -905,12 +910,15 @@ bool prof_owns(const void *p)
 {
 	struct link **where;
 
+	prof_found_user = NULL;
 	if (!prof_maybe(p))
 		return false;
 	prof_lock_take();
-	bool found = block_find(p, &where) != NULL;
+	struct prof_block *b = block_find(p, &where);
 	prof_unlock();
-	return found;
+	prof_found_user = b ? p : NULL;
+	prof_found = b;
+	return b != NULL;
 }
 
 /* kfree_direct's question about p, at which no kmalloc block starts: a
@@ -969,6 +977,8 @@ static size_t prof_front(const void *p)
 {
 	struct link **where;
 
+	if (p == prof_found_user)
+		return prof_found->front;
 	prof_lock_take();
 	struct prof_block *b = block_find(p, &where);
 	size_t front = b ? b->front : 0;

@@ -586,16 +586,22 @@ struct prof_case {
 };
 
 static const struct prof_case cases[] = {
-	{ "sites", case_sites, { "USLAB_PROF=1", "USLAB_PROF_SAMPLE=16k", "USLAB_PROF_TOP=0" } },
-	{ "blocks", case_blocks, { "USLAB_PROF=1", "USLAB_PROF_SAMPLE=1", "USLAB_PROF_TOP=0" } },
-	{ "misuse", case_misuse, { "USLAB_PROF=1", "USLAB_PROF_SAMPLE=1", "USLAB_PROF_TOP=0" } },
+	{ "sites", case_sites, { "USLAB_PROF=1", "USLAB_PROF_SAMPLE=16k", "USLAB_PROF_TOP=0",
+				 "USLAB_PROF_FILE=@/exit.%p.heap" } },
+	{ "blocks", case_blocks, { "USLAB_PROF=1", "USLAB_PROF_SAMPLE=1", "USLAB_PROF_TOP=0",
+				 "USLAB_PROF_FILE=@/exit.%p.heap" } },
+	{ "misuse", case_misuse, { "USLAB_PROF=1", "USLAB_PROF_SAMPLE=1", "USLAB_PROF_TOP=0",
+				 "USLAB_PROF_FILE=@/exit.%p.heap" } },
 	{ "leak", case_leak, { "USLAB_PROF=1", "USLAB_PROF_SAMPLE=1", "USLAB_PROF_TOP=3",
 			       "USLAB_PROF_FILE=@/leak.%p.heap" } },
 	{ "signal", case_signal, { "USLAB_PROF=1", "USLAB_PROF_SAMPLE=1", "USLAB_PROF_TOP=0",
 				   "USLAB_PROF_SIGNAL=USR1", "USLAB_PROF_FILE=@/sig.%n.heap" } },
-	{ "rates", case_rates, { "USLAB_PROF=1", "USLAB_PROF_SAMPLE=64k", "USLAB_PROF_TOP=0" } },
-	{ "threads", case_threads, { "USLAB_PROF=1", "USLAB_PROF_SAMPLE=4k", "USLAB_PROF_TOP=0" } },
-	{ "fork", case_fork, { "USLAB_PROF=1", "USLAB_PROF_SAMPLE=4k", "USLAB_PROF_TOP=0" } },
+	{ "rates", case_rates, { "USLAB_PROF=1", "USLAB_PROF_SAMPLE=64k", "USLAB_PROF_TOP=0",
+				 "USLAB_PROF_FILE=@/exit.%p.heap" } },
+	{ "threads", case_threads, { "USLAB_PROF=1", "USLAB_PROF_SAMPLE=4k", "USLAB_PROF_TOP=0",
+				 "USLAB_PROF_FILE=@/exit.%p.heap" } },
+	{ "fork", case_fork, { "USLAB_PROF=1", "USLAB_PROF_SAMPLE=4k", "USLAB_PROF_TOP=0",
+				 "USLAB_PROF_FILE=@/exit.%p.heap" } },
 	{ "debug", case_debug, { "USLAB_PROF=1", "USLAB_DEBUG=1" } },
 };
 

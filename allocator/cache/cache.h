@@ -60,6 +60,13 @@ _Static_assert(sizeof(struct cpu_slab) == sizeof(struct uslab_cpu_cache_), "usla
 MIRRORS(struct uslab_cache, inline_offset, struct uslab_cache_fast_, inline_offset);
 MIRRORS(struct uslab_cache, fp_key, struct uslab_cache_fast_, fp_key);
 MIRRORS(struct uslab_cache, obj_magic, struct uslab_cache_fast_, obj_magic);
+/* A slab's owner-local list has a cpu freelist's shape where a push touches
+ * it (the head, and the counter the push bumps), so owner_cpu may name
+ * either (cpu.c, slab_set_owner). */
+_Static_assert(offsetof(struct slab, local_count) - offsetof(struct slab, local_free) ==
+		       offsetof(struct cpu_slab, fast_frees) - offsetof(struct cpu_slab, freelist) &&
+	       sizeof(((struct slab *)0)->local_count) == sizeof(((struct cpu_slab *)0)->fast_frees),
+	       "an owner-local list stands where a cpu freelist is pushed on");
 
 /*
  * Remote frees by message (cache.c, docs/slab.md): a thread that frees
@@ -270,6 +277,13 @@ void caches_lock_all(void);                            /* fork: registry, heaps,
 void caches_unlock_all(bool child);
 
 void *cache_alloc_slow(struct uslab_cache *s);
+/* Where malloc's free puts a thread's frees of its own slabs' objects, for
+ * the slabs frozen from now on: false (the default), its cpu freelist, where
+ * the next malloc takes them back; true, the slabs' owner-local lists, so
+ * that the cpu freelist only shrinks between refills (the heap profiler's
+ * sampler, which counts allocations at the slow path). Before the program's
+ * threads. */
+void cache_owner_frees_local(bool on);
 /* The heap profiler's (cpu.c): an allocation whose refilled freelist runs
  * dry after at most k more. */
 void *cache_alloc_limited(struct uslab_cache *s, unsigned k);

@@ -30,12 +30,23 @@ static void cpu_slab_activate(struct cpu_slab *c, struct uslab_cache *s, struct 
 	c->limit = s->stride <= STRIDE_EXACT_MAX ? s->obj_limit : 0;
 }
 
+static bool owner_frees_local;
+
+void cache_owner_frees_local(bool on)
+{
+	WRITE_ONCE(owner_frees_local, on);
+}
+
 /* The slab is frozen for the calling thread's heap, whose cpu slab of the
  * cache is c: from now on that thread's frees of its objects are local -
- * malloc's onto c's freelist, the cache API's onto the slab's owner-local
- * list. */
+ * malloc's onto c's freelist (or, cache_owner_frees_local, the slab's
+ * owner-local list, which owner_cpu then names as if it were a cpu slab),
+ * the cache API's onto the slab's owner-local list. */
 static void slab_set_owner(struct slab *slab, struct cpu_slab *c)
 {
+	if (unlikely(READ_ONCE(owner_frees_local)))
+		c = (struct cpu_slab *)(void *)((char *)&slab->local_free -
+						 offsetof(struct cpu_slab, freelist));
 	WRITE_ONCE(slab->owner_cpu, c);
 	WRITE_ONCE(slab->owner, tls_heap);
 	WRITE_ONCE(slab->owner_tp, thread_self());

@@ -62,31 +62,36 @@ struct slab {
 	uintptr_t base;                /* first object */
 	uintptr_t owner_tp;            /* thread_self() of the thread whose heap froze it,
 					  0 when none (written by that thread only) */
-	struct cpu_slab *owner_cpu;    /* that heap's cpu slab of the cache, where
-					  malloc's free puts the owner's frees (written
-					  by that thread only) */
-	uint64_t local_count;          /* owner-only: length of local_free */
-	uint64_t kfree_magic;          /* object_index_magic() of a slab malloc's free may
-					  take, else 0 */
-	uint64_t kfree_limit;          /* (base, kfree_magic and kfree_limit: every unit) */
-	struct uslab_cache *cache;
-	/* second line: the coupled word and the lists */
-	dword_t xword;                 /* {freelist, counters}: dwcas only (slab/slab.h) */
-	struct slab *next, *prev;      /* partial list (list_lock) or cpu-partial (owner) */
-	struct thread_heap *owner;     /* the heap that froze it, NULL when none */
+	struct cpu_slab *owner_cpu;    /* where malloc's free puts the owner's frees: that
+					  heap's cpu slab of the cache, or this slab's
+					  owner-local list (the cache layer's choice;
+					  written by that thread only) */
 	uint16_t nunits;
 	uint8_t kind;
 	uint8_t on_partial;            /* on cache->partial; changed under list_lock */
 	uint32_t span;                 /* objects * stride */
+	uint64_t kfree_magic;          /* object_index_magic() of a slab malloc's free may
+					  take, else 0 */
+	uint64_t kfree_limit;          /* (base, kfree_magic and kfree_limit: every unit) */
+	struct uslab_cache *cache;
+	/* second line: the coupled word and the lists. local_free and
+	 * local_count are as far apart as a cpu slab's freelist and
+	 * fast_frees, so that the owner-local list can stand where a cpu slab
+	 * is pushed on (cache layer, owner_cpu) */
+	void *local_free;              /* owner-only: its frees into this frozen slab
+					  that did not go to a cpu freelist */
+	struct slab *next, *prev;      /* partial list (list_lock) or cpu-partial (owner) */
+	struct thread_heap *owner;     /* the heap that froze it, NULL when none */
+	dword_t xword;                 /* {freelist, counters}: dwcas only (slab/slab.h) */
+	uint64_t local_count;          /* owner-only: length of local_free */
 	uint32_t built;                /* objects linked so far (slab_build); below
 					  objects only while frozen, owner-written */
 	uint32_t reuse_refills;        /* owner-only: refills served by frees alone
 					  since the last build (slab_build_more) */
-	void *local_free;              /* owner-only: its frees into this frozen slab
-					  that did not go to its cpu freelist */
 };
 _Static_assert(offsetof(struct slab, xword) % 16 == 0, "the coupled word must be 16-aligned");
-_Static_assert(offsetof(struct slab, xword) == 64, "free-path fields share one cache line");
+_Static_assert(offsetof(struct slab, cache) + sizeof(void *) <= 64 &&
+	       offsetof(struct slab, local_free) == 64, "free-path fields share one cache line");
 _Static_assert(sizeof(struct slab) == 128, "descriptors are two cache lines (unit_desc_off's << 7)");
 
 struct segment {

@@ -994,6 +994,21 @@ size_t prof_usable_size(const void *p)
 	return kmalloc_usable_size((const char *)p - front, "malloc_usable_size") - front;
 }
 
+/* Lock held: sampled block b, taken out of the table for a resize, goes
+ * back in, at n bytes if resized (its stack's counts follow), else as it
+ * was; the lock is dropped. */
+static void block_back_resized(struct prof_block *b, bool resized, size_t n)
+{
+	if (resized) {
+		b->stack->live_bytes += n - b->size;   /* modulo 2^64: a shrink too */
+		if (n > b->size)
+			b->stack->alloc_bytes += n - b->size;
+		b->size = n;
+	}
+	table_insert(blocks, &b->chain, block_key(&b->chain));   /* the room it had */
+	prof_unlock();
+}
+
 /* realloc of p, a sampled block recorded apart: resized as any block is
  * (kmalloc_resize; moved by mremap perhaps), its record following it out
  * of the table meanwhile, so that a run moved and freed inside is not
@@ -1013,14 +1028,7 @@ static void *prof_realloc_far(void *p, size_t n, const void *site)
 	void *q = kmalloc_resize(p, n, have);
 	prof_lock_take();
 	container_of(b, struct prof_far, b)->user = q ? q : p;
-	if (q) {
-		b->stack->live_bytes += n - b->size;   /* modulo 2^64: a shrink too */
-		if (n > b->size)
-			b->stack->alloc_bytes += n - b->size;
-		b->size = n;
-	}
-	table_insert(blocks, &b->chain, block_key(&b->chain));   /* the room it had */
-	prof_unlock();
+	block_back_resized(b, q != NULL, n);
 	if (q)
 		return q;
 	q = n > SMALL_MAX ? prof_beyond_call(n, site) : kmalloc(n);
@@ -1053,14 +1061,7 @@ static void *prof_resize(void *p, size_t n)
 	q = kmalloc_resize(base, total, have);
 	b = (struct prof_block *)((q ? q : base) + front) - 1;
 	prof_lock_take();
-	if (q) {
-		b->stack->live_bytes += n - b->size;   /* modulo 2^64: a shrink too */
-		if (n > b->size)
-			b->stack->alloc_bytes += n - b->size;
-		b->size = n;
-	}
-	table_insert(blocks, &b->chain, block_key(&b->chain));   /* the room it had */
-	prof_unlock();
+	block_back_resized(b, q != NULL, n);
 	return q ? q + front : NULL;
 }
 

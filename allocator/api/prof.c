@@ -1009,6 +1009,17 @@ static void block_back_resized(struct prof_block *b, bool resized, size_t n)
 	prof_unlock();
 }
 
+/* realloc's move of p (have usable bytes) to a new block of n, which is a
+ * new allocation (sampled or not, by the count); the caller frees p. */
+static void *prof_realloc_copy(const void *p, size_t n, size_t have, const void *site)
+{
+	void *q = n > SMALL_MAX ? prof_beyond_call(n, site) : kmalloc(n);
+
+	if (q)
+		memcpy(q, p, have < n ? have : n);
+	return q;
+}
+
 /* realloc of p, a sampled block recorded apart: resized as any block is
  * (kmalloc_resize; moved by mremap perhaps), its record following it out
  * of the table meanwhile, so that a run moved and freed inside is not
@@ -1031,11 +1042,9 @@ static void *prof_realloc_far(void *p, size_t n, const void *site)
 	block_back_resized(b, q != NULL, n);
 	if (q)
 		return q;
-	q = n > SMALL_MAX ? prof_beyond_call(n, site) : kmalloc(n);
-	if (!q)
-		return NULL;
-	memcpy(q, p, have < n ? have : n);
-	kfree(p, "realloc");
+	q = prof_realloc_copy(p, n, have, site);
+	if (q)
+		kfree(p, "realloc");
 	return q;
 }
 
@@ -1077,11 +1086,8 @@ void *prof_realloc(void *p, size_t n, const void *site)
 
 	if (q)
 		return q;
-	q = n > SMALL_MAX ? prof_beyond_call(n, site) : kmalloc(n);
-	if (!q)
-		return NULL;
-	memcpy(q, p, have < n ? have : n);
-	if (!prof_free_stray(p, "realloc"))
+	q = prof_realloc_copy(p, n, have, site);
+	if (q && !prof_free_stray(p, "realloc"))
 		free_invalid(p, "realloc");
 	return q;
 }

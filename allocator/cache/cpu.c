@@ -141,16 +141,19 @@ static void cpu_cached_publish(struct cpu_slab *c, uint64_t on_freelist)
  * ("foreign"), at most foreign_max of those since the list was last empty.
  * The list then holds objects of other slabs than the active one; a slab
  * this thread gives up (cpu_partial_drain) may leave some, foreign from
- * then on. This sorts the list: the active slab's objects stay; other
- * slabs' go back to them, foreign ones in runs of neighbours from one slab
- * with one dwcas each; the thread's other slabs' stay too, or, when the
- * active slab is leaving (its chain must then be the list), go onto those
- * slabs' owner-local lists. One walk, which rewrites a kept object's link
- * only where objects left after it. Returns how many stay, the last in
- * *last.
+ * then on. This sorts the list, when the budget is spent and before the
+ * active slab is given up (whose chain the list must then be): the active
+ * slab's objects stay; the thread's other slabs' go onto their owner-local
+ * lists (no atomic), where a refill takes each slab's whole; foreign ones
+ * back to their slabs, in runs of neighbours from one slab with one dwcas
+ * each. Parked rather than kept, the owned ones are handed out again slab
+ * by slab, not in the order they were freed: a pool freed in random order
+ * is allocated again with the locality of a slab's list (and the list does
+ * not carry them from one flush to the next). One walk, which rewrites a kept
+ * object's link only where objects left after it. Returns how many stay,
+ * the last in *last.
  */
-static unsigned flush_foreign(struct uslab_cache *s, struct cpu_slab *c, bool leaving,
-			      void **last)
+static unsigned flush_foreign(struct uslab_cache *s, struct cpu_slab *c, void **last)
 {
 	void *keep = NULL, *keep_tail = NULL;
 	struct slab *run = NULL;
@@ -177,23 +180,14 @@ static unsigned flush_foreign(struct uslab_cache *s, struct cpu_slab *c, bool le
 			continue;
 		}
 		next = fp_get(s, p);
-		struct slab *slab = ptr_to_slab(p);
+		/* (a freelist holds objects of our segments only) */
+		struct slab *slab = segment_desc_head((uintptr_t)p & ~(SEG_SIZE - 1), p);
 		/* c's heap froze it (only that heap's thread stores this c:
 		 * another slab's owner may be changing it meanwhile) */
-		bool own = slab && READ_ONCE(slab->owner_cpu) == c;
+		bool own = READ_ONCE(slab->owner_cpu) == c;
 
-		if (own && !leaving) {
-			if (!keep_tail)
-				keep = p;
-			else if (cut)
-				fp_set(s, keep_tail, p);
-			keep_tail = p;
-			cut = false;
-			kept++;
-			continue;
-		}
 		cut = true;
-		if (own) {   /* leaving: onto its own list */
+		if (own) {   /* onto its own list, for a refill to take whole */
 			slab_local_push(slab, p, s->fp_offset);
 			local++;
 			continue;
@@ -236,7 +230,7 @@ static void cpu_slab_deactivate(struct uslab_cache *s, struct cpu_slab *c)
 	struct slab *slab = c->slab;
 	void *tail;
 	/* one walk of the list (at thread exit, a cache miss per object) */
-	unsigned n = flush_foreign(s, c, true, &tail);
+	unsigned n = flush_foreign(s, c, &tail);
 	void *chain = c->freelist;   /* only the active slab's objects now: none without one */
 
 	c->slab = NULL;
@@ -619,7 +613,7 @@ void slab_free_cached(struct uslab_cache *s, struct slab *slab, void *obj)
 	if (unlikely(obj == c->freelist))
 		uslab_fatal(cache_free_call(s), obj, "double free");
 	if (!c->foreign_left)   /* budget spent, or a new cpu slab */
-		flush_foreign(s, c, false, NULL);
+		flush_foreign(s, c, NULL);
 	c->foreign_left--;
 	uslab_cpu_link_(cpu_fast(c), obj, s->fp_offset, fp_key_get());
 	cpu_cached_add(c, 1);

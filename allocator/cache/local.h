@@ -41,13 +41,15 @@ void cpu_partial_put(struct uslab_cache *s, struct cpu_slab *c, struct slab *sla
 struct slab *object_slab(struct uslab_cache *s, void *obj, const char *call);
 /*
  * The one way a chain head..tail of cnt objects goes back to its slab when
- * the caller does not own it: one dwcas (__slab_free); a FULL slab it
- * thereby freezes for the caller joins c's cpu-partial list (c NULL: the
- * caller has no heap and cannot own slabs).
+ * the caller does not own it: one dwcas (slab_free_quick, else
+ * __slab_free); a FULL slab it thereby freezes for the caller joins c's
+ * cpu-partial list (c NULL: the caller has no heap and cannot own slabs).
  */
 static inline void slab_free_chain(struct uslab_cache *s, struct cpu_slab *c, struct slab *slab,
 				   void *head, void *tail, unsigned cnt)
 {
+	if (likely(slab_free_quick(s, slab, head, tail, cnt)))
+		return;
 	if (__slab_free(s, slab, head, tail, cnt, c != NULL))
 		cpu_partial_put(s, c, slab);
 }

@@ -305,6 +305,32 @@ bool __slab_free(struct uslab_cache *s, struct slab *slab, void *head, void *tai
 		 unsigned cnt, bool can_freeze);
 void cache_shrink_partial(struct uslab_cache *s);
 
+/*
+ * __slab_free's common case, inline: the chain head..tail of cnt objects
+ * onto a slab whose freelist is not empty and that keeps objects in use
+ * after it - frozen, or PARTIAL staying PARTIAL - so the push changes no
+ * list and freezes nothing: one read of the word, one dwcas. false, with
+ * nothing done, when the slab is FULL, would be EMPTY, looks like a double
+ * free, or the dwcas lost a race (a retry, as __slab_free counts its own);
+ * __slab_free then decides on a fresh read (its loop sets tail's link again).
+ */
+static inline bool slab_free_quick(struct uslab_cache *s, struct slab *slab, void *head,
+				   void *tail, unsigned cnt)
+{
+	dword_t old = dwcas_read(&slab->xword);
+	void *prior = (void *)old.lo;
+
+	if (!prior || ctr_inuse(old.hi) <= cnt || prior == head)
+		return false;
+	fp_set(s, tail, prior);
+	INTERLEAVE("free:cas");
+	/* inuse is the low field, and stays above 0: the others unchanged */
+	if (likely(dwcas_try_cmpxchg(&slab->xword, &old, (dword_t){ (uintptr_t)head, old.hi - cnt })))
+		return true;
+	stat_add(s, STAT_DWCAS_RETRY, 1);
+	return false;
+}
+
 #pragma GCC visibility pop
 
 #endif /* USLAB_SLAB_H */

@@ -330,8 +330,11 @@ static uint32_t cache_geometry(struct uslab_cache *s, size_t size, size_t align,
 	s->foreign_max = s->foreign_max < 16 ? 16 : s->foreign_max > 1024 ? 1024 : s->foreign_max;
 	s->min_partial = ilog2(s->stride) / 2;
 	s->min_partial = s->min_partial < 5 ? 5 : s->min_partial > 10 ? 10 : s->min_partial;
+	/* 512 KiB of slabs, 2 to 32 of them: a thread keeps the slabs that hold
+	 * what it allocated (docs/ownership.md) */
+	unsigned by_bytes = (unsigned)(CPU_PARTIAL_BYTES >> UNIT_SHIFT) / s->units;
 	s->cpu_partial = option(OPT_CPU_PARTIAL) > 0 ? (unsigned)option(OPT_CPU_PARTIAL) :
-			 s->stride >= 4096 ? 2 : 4;
+			 by_bytes < 2 ? 2 : by_bytes > 32 ? 32 : by_bytes;
 	return objects;
 }
 

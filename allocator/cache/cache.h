@@ -24,6 +24,9 @@
 /* refills of an active slab served by frees alone before it builds a page
  * more (cpu.c, slab_build_more) */
 #define REUSE_REFILLS_MAX 64
+/* slabs a thread may keep frozen per cache besides its active one, in bytes
+ * (api.c; USLAB_CPU_PARTIAL sets a count instead) */
+#define CPU_PARTIAL_BYTES (512ul << 10)
 
 /* ---- per-thread cpu slabs and heaps ------------------------------------------- */
 

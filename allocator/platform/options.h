@@ -41,7 +41,7 @@
 	X(RESERVE_SEGMENTS, "USLAB_RESERVE_SEGMENTS", INT, 1,                                \
 	  "wholly empty 4 MiB segments kept mapped for reuse")                               \
 	X(CPU_PARTIAL, "USLAB_CPU_PARTIAL", INT, 0,                                          \
-	  "frozen slabs a thread may hold per cache (0 = by object size: 4, or 2 from 4 KiB)") \
+	  "frozen slabs a thread may hold per cache (0 = 512 KiB of them, 2 to 32)")        \
 	X(HUGE_PAGES, "USLAB_HUGE_PAGES", BOOL, 1,                                           \
 	  "ask for transparent huge pages (madvise) inside huge blocks of 4 MiB and more, "  \
 	  "except calloc's: one page fault per 2 MiB written instead of 512; about 1 MiB "   \

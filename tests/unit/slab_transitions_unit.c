@@ -823,10 +823,10 @@ static void test_partial_to_frozen_on_refill(void)
 static void test_cpu_partial_overflow(void)
 {
 	struct uslab_cache *c = new_cache("t-cpu-partial");
-	static void *objs[16 * PER];
+	static void *objs[40 * PER];
 	unsigned cp = c->cpu_partial;
 
-	REQUIRE(cp + 2 <= 16);
+	REQUIRE(cp + 2 <= 40);
 	for (unsigned i = 0; i < (cp + 2) * PER; i++)
 		objs[i] = uslab_cache_alloc(c);       /* slabs 0..cp FULL, cp+1 active */
 	make_dry_full(c);
@@ -1100,11 +1100,11 @@ static void test_flush_dry_cpu_partial(void)
 static void test_dry_overflow_drains(void)
 {
 	struct uslab_cache *c = new_cache("t-dry-overflow");
-	static void *objs[16 * PER];
+	static void *objs[40 * PER];
 	unsigned cp = c->cpu_partial;
-	struct slab *sl[16];
+	struct slab *sl[40];
 
-	REQUIRE(cp >= 3 && cp + 1 <= 16);
+	REQUIRE(cp >= 3 && cp + 1 <= 40);
 	for (unsigned i = 0; i < (cp + 1) * PER; i++)
 		objs[i] = uslab_cache_alloc(c);       /* slabs 0..cp-1 dry, cp active */
 	struct cpu_slab *cs = this_cpu_slab(c);

@@ -64,16 +64,19 @@
  * table that grows is replaced, the old one kept mapped for readers that
  * still look at it (its buckets only ever stay non-empty: a false "maybe").
  *
- * Stacks: glibc's backtrace(), trimmed to start at the malloc-family call
- * (the caller's return address, which the entry point passes down) and
- * past this library's own frames when it is a shared object (operator new
- * calls uslab_malloc). The unwinder is loaded by a first call at start-up:
- * its first use allocates. While a thread samples (prof_inside), the
- * allocations of the unwinder, or of anything else inside, are never
- * sampled: the profiler does not recurse into itself. Each
- * distinct stack is a record with four counters (sampled blocks and bytes,
- * live and ever allocated), in a second table, from mappings of their own,
- * never freed.
+ * Stacks: unwind_stack (platform/unwind.h: on x86-64 the unwind tables'
+ * rule of each return address, cached; elsewhere glibc's backtrace()),
+ * trimmed to start at the malloc-family call (the caller's return address,
+ * which the entry point passes down) and past this library's own frames
+ * when it is a shared object (operator new calls uslab_malloc). The
+ * unwinder is set up at start-up (unwind_init: backtrace's first call
+ * loads libgcc's unwinder, which allocates), and a thread's first unwind
+ * asks for its stack's bounds, which may allocate too. While a thread
+ * samples (prof_inside), the allocations of the unwinder, or of anything
+ * else inside, are never sampled: the profiler does not recurse into
+ * itself. Each distinct stack is a record with four counters (sampled
+ * blocks and bytes, live and ever allocated), in a second table, from
+ * mappings of their own, never freed.
  *
  * One lock, prof_lock, guards both tables and the counters; it is a leaf,
  * held across nothing but os_map and the writing of a profile. It takes
@@ -93,9 +96,9 @@
 #include "api.h"
 #include "debug.h"
 #include "options.h"
+#include "unwind.h"
 
 #include <errno.h>
-#include <execinfo.h>
 #include <fcntl.h>
 #include <link.h>
 #include <signal.h>
@@ -653,8 +656,8 @@ static bool in_self(const void *pc)
  * call's return address) on, past this library's own frames. */
 static unsigned prof_backtrace(const void **pc, const void *site)
 {
-	void *raw[PROF_DEPTH + 16];
-	int n = backtrace(raw, PROF_DEPTH + 16), k = 0;
+	const void *raw[PROF_DEPTH + 16];
+	unsigned n = unwind_stack(raw, PROF_DEPTH + 16), k = 0;
 	unsigned depth = 0;
 
 	while (k < n && raw[k] != site)
@@ -1300,11 +1303,10 @@ __attribute__((constructor)) static void prof_at_load(void)
 		return;
 	struct self_search self = { (uintptr_t)prof_at_load, 0 };
 	dl_iterate_phdr(find_self, &self);
-	/* backtrace loads the unwinder on its first call, which allocates:
-	 * now, and unsampled */
-	void *pc[2];
+	/* the unwinder's set-up may allocate (backtrace's, where it is the
+	 * unwinder): now, and unsampled */
 	prof_inside = true;
-	backtrace(pc, 2);
+	unwind_init();
 	prof_inside = false;
 
 	int sig = (int)option(OPT_PROF_SIGNAL);

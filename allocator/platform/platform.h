@@ -98,6 +98,7 @@ enum lock_rank {
 	RANK_OPTIONS,            /* platform/: the first read of the environment */
 	RANK_DEBUG,              /* the debug mode's tables and quarantines, malloc's (api/)
 	                            and the caches' (cache/): leaves, never held together */
+	RANK_UNWIND,             /* platform/: the unwinder's cache of rules (a leaf) */
 	RANK_MAX
 };
 #if USLAB_ASSERTS >= 1

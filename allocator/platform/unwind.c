@@ -147,6 +147,10 @@ static inline unsigned rule_bp_slot(uint32_t r)
 
 /* ---- reading the unwind tables ----------------------------------------------------- */
 
+/* From here to the cache, the code runs only when a rule is not cached:
+ * cold, so compiled for size (a fifth of the bytes) and kept apart from
+ * the walk. */
+
 /* DWARF's pointer encodings (the LSB's DW_EH_PE_*): the format in the low
  * nibble, what it is relative to in bits 4-6. */
 #define EH_PE_ABSPTR   0x00
@@ -169,7 +173,7 @@ struct cursor {
 	bool bad;
 };
 
-static uint8_t get_u8(struct cursor *c)
+static cold uint8_t get_u8(struct cursor *c)
 {
 	if (c->p >= c->end) {
 		c->bad = true;
@@ -178,7 +182,7 @@ static uint8_t get_u8(struct cursor *c)
 	return *c->p++;
 }
 
-static uint64_t get_fixed(struct cursor *c, size_t bytes)   /* little-endian, as the host */
+static cold uint64_t get_fixed(struct cursor *c, size_t bytes)   /* little-endian, as the host */
 {
 	uint64_t v = 0;
 
@@ -192,7 +196,7 @@ static uint64_t get_fixed(struct cursor *c, size_t bytes)   /* little-endian, as
 	return v;
 }
 
-static uint64_t get_uleb(struct cursor *c)
+static cold uint64_t get_uleb(struct cursor *c)
 {
 	uint64_t v = 0;
 	uint8_t b;
@@ -209,7 +213,7 @@ static uint64_t get_uleb(struct cursor *c)
 	}
 }
 
-static int64_t get_sleb(struct cursor *c)
+static cold int64_t get_sleb(struct cursor *c)
 {
 	uint64_t v = 0;
 	unsigned shift = 0;
@@ -232,7 +236,7 @@ static int64_t get_sleb(struct cursor *c)
 /* A pointer in encoding enc: pc-relative to where it is, or datarel to
  * base. Anything else (text-, function-relative, aligned, indirect: never
  * in what this file reads of x86-64 objects) makes the cursor bad. */
-static uintptr_t get_encoded(struct cursor *c, uint8_t enc, uintptr_t base)
+static cold uintptr_t get_encoded(struct cursor *c, uint8_t enc, uintptr_t base)
 {
 	uintptr_t at = (uintptr_t)c->p, v;
 
@@ -278,7 +282,7 @@ static uintptr_t get_encoded(struct cursor *c, uint8_t enc, uintptr_t base)
 
 /* A CIE or FDE at p: its contents after the length. false for the
  * terminator, and for the 64-bit form, which x86-64 compilers do not emit. */
-static bool entry_open(const uint8_t *p, struct cursor *c)
+static cold bool entry_open(const uint8_t *p, struct cursor *c)
 {
 	uint32_t len;
 
@@ -340,7 +344,7 @@ enum {
 	CFA_advance_loc = 0x40, CFA_offset = 0x80, CFA_restore = 0xc0,
 };
 
-static struct reg_rule *followed(struct cfi_row *row, uint64_t reg)
+static cold struct reg_rule *followed(struct cfi_row *row, uint64_t reg)
 {
 	switch (reg) {
 	case DW_RBP:
@@ -353,7 +357,7 @@ static struct reg_rule *followed(struct cfi_row *row, uint64_t reg)
 	return NULL;
 }
 
-static void set_rule(struct cfi_row *row, uint64_t reg, uint8_t how, int64_t off)
+static cold void set_rule(struct cfi_row *row, uint64_t reg, uint8_t how, int64_t off)
 {
 	struct reg_rule *r = followed(row, reg);
 
@@ -363,7 +367,7 @@ static void set_rule(struct cfi_row *row, uint64_t reg, uint8_t how, int64_t off
 	}
 }
 
-static void restore_rule(struct cfi_row *row, const struct cfi_ctx *x, uint64_t reg)
+static cold void restore_rule(struct cfi_row *row, const struct cfi_ctx *x, uint64_t reg)
 {
 	struct cfi_row init = x->init;
 	struct reg_rule *r = followed(row, reg);
@@ -378,7 +382,7 @@ static void restore_rule(struct cfi_row *row, const struct cfi_ctx *x, uint64_t 
  * advance, so the run stops at the first advance past the target. false:
  * an instruction this file does not know, or one that does not parse.
  */
-static bool cfi_run(struct cursor *c, const struct cfi_ctx *x, struct cfi_row *row, uintptr_t loc)
+static cold bool cfi_run(struct cursor *c, const struct cfi_ctx *x, struct cfi_row *row, uintptr_t loc)
 {
 	struct cfi_row saved[CFI_STATES];
 	unsigned depth = 0;
@@ -510,7 +514,7 @@ static bool cfi_run(struct cursor *c, const struct cfi_ctx *x, struct cfi_row *r
 }
 
 /* The rule a row gives, as unwind.h packs it, or RULE_STOP. */
-static uint32_t rule_reduce(const struct cfi_row *row)
+static cold uint32_t rule_reduce(const struct cfi_row *row)
 {
 	uint64_t slot = 0;
 	unsigned kind;
@@ -539,7 +543,7 @@ static uint32_t rule_reduce(const struct cfi_row *row)
 
 /* The CIE at cie: its factors, encodings and initial instructions into x.
  * false: a form not followed, a signal frame's ('S') among them. */
-static bool cie_parse(const uint8_t *cie, struct cfi_ctx *x)
+static cold bool cie_parse(const uint8_t *cie, struct cfi_ctx *x)
 {
 	struct cursor c;
 
@@ -589,7 +593,7 @@ static bool cie_parse(const uint8_t *cie, struct cfi_ctx *x)
  * four bytes of version and encodings, the .eh_frame pointer, the count,
  * and the table of (initial location, FDE) pairs, sorted, both relative to
  * hdr. NULL: no such table, or target before its first function. */
-static const uint8_t *fde_find(const uint8_t *hdr, uintptr_t target)
+static cold const uint8_t *fde_find(const uint8_t *hdr, uintptr_t target)
 {
 	struct cursor c = { hdr + 4, hdr + 4 + 16, false };
 
@@ -620,7 +624,7 @@ static const uint8_t *fde_find(const uint8_t *hdr, uintptr_t target)
 
 /* The rule at target (a call's address) in the object whose .eh_frame_hdr
  * is hdr. */
-static uint32_t rule_compute(const uint8_t *hdr, uintptr_t target)
+static cold uint32_t rule_compute(const uint8_t *hdr, uintptr_t target)
 {
 	const uint8_t *fde = fde_find(hdr, target);
 	struct cfi_ctx x;
@@ -672,7 +676,7 @@ static uint64_t objects_gen(const struct dl_phdr_info *info, size_t size)
 	return info->dlpi_adds + info->dlpi_subs;
 }
 
-static int object_of(struct dl_phdr_info *info, size_t size, void *arg)
+static cold int object_of(struct dl_phdr_info *info, size_t size, void *arg)
 {
 	struct object_search *s = arg;
 	const ElfW(Phdr) *eh = NULL;
@@ -790,7 +794,7 @@ static void slots_fresh(struct unwind_slot *t)
 
 /* The rule of return address ip, worked out from the unwind tables and
  * kept in set s (if any) unless the objects changed meanwhile. */
-static noinline uint32_t rule_miss(uintptr_t ip, struct unwind_slot *s)
+static noinline cold uint32_t rule_miss(uintptr_t ip, struct unwind_slot *s)
 {
 	struct object_search o = { .pc = ip - 1 };
 

@@ -727,16 +727,22 @@ static inline struct unwind_slot *set_of(struct unwind_slot *t, uintptr_t pc)
 	return &t[2 * ((pc * 0x9e3779b97f4a7c15ull) >> (64 - UNWIND_SET_BITS))];
 }
 
-/* pc's rule from slot s, if s holds it and was not being written. */
+/*
+ * pc's rule from slot s, if s holds it and was not being written. Without
+ * fences (ThreadSanitizer does not follow them): the address and the rule
+ * are loaded with acquire, so the second look at the count comes after
+ * them; a writer stores them with release, after its odd count. A load
+ * that read a writer's store so sees its odd count, or a later one, at the
+ * second look. On x86-64 all of these are plain moves.
+ */
 static inline bool slot_read(const struct unwind_slot *s, uintptr_t pc, uint32_t *rule)
 {
 	/* acquire: pairs with the release that ends slot_write */
 	uint32_t seq = smp_load_acquire(&s->seq);
-	uintptr_t key = READ_ONCE(s->pc);
-	uint32_t r = READ_ONCE(s->rule);
+	/* acquire: pair with slot_write's releases of the two */
+	uintptr_t key = smp_load_acquire(&s->pc);
+	uint32_t r = smp_load_acquire(&s->rule);
 
-	/* the two loads before the second look at seq: pairs with slot_write's smp_wmb */
-	smp_rmb();
 	if (key != pc || (seq & 1) || READ_ONCE(s->seq) != seq)
 		return false;
 	*rule = r;
@@ -749,9 +755,9 @@ static void slot_write(struct unwind_slot *s, uintptr_t pc, uint32_t rule)
 	uint32_t seq = READ_ONCE(s->seq);
 
 	WRITE_ONCE(s->seq, seq + 1);
-	smp_wmb();   /* the odd count before the new contents: pairs with slot_read's smp_rmb */
-	WRITE_ONCE(s->pc, pc);
-	WRITE_ONCE(s->rule, rule);
+	/* release: the odd count before each; pair with slot_read's acquires */
+	smp_store_release(&s->pc, pc);
+	smp_store_release(&s->rule, rule);
 	smp_store_release(&s->seq, seq + 2);   /* pairs with slot_read's first load */
 }
 

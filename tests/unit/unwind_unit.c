@@ -173,9 +173,9 @@ static int shape_vla(leaf_fn leaf)
 	return nofp_vla(333, leaf, 1);
 }
 
-static int shape_fp_vla(leaf_fn leaf)
+static int shape_fp_locals(leaf_fn leaf)
 {
-	return fp_vla(77, leaf, 1);
+	return fp_locals(leaf, 1);
 }
 
 static int shape_big_frame(leaf_fn leaf)
@@ -212,7 +212,7 @@ static const struct shape {
 	{ "deep recursion", shape_recurse_deep },
 	{ "alloca under rbp", shape_alloca },
 	{ "VLA under rbp", shape_vla },
-	{ "VLA with frame pointers", shape_fp_vla },
+	{ "frame pointer, then VLA", shape_fp_locals },
 	{ "64 KiB frame", shape_big_frame },
 	{ "qsort's comparator", shape_qsort },
 	{ "shared library", shape_shlib },

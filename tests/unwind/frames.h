@@ -22,7 +22,7 @@ int nofp_big_frame(leaf_fn leaf, int x);             /* 64 KiB of locals below t
 
 /* frames_fp.c, built with -fno-omit-frame-pointer */
 int fp_recurse(int depth, leaf_fn leaf, int x);      /* alternates with nofp_recurse */
-int fp_vla(int n, leaf_fn leaf, int x);              /* calls nofp_clobber_rbp */
+int fp_locals(leaf_fn leaf, int x);                 /* a fixed frame, calls nofp_vla */
 
 /* unwind_shlib.c: libunwind_shlib.so, linked in */
 int unwind_shlib_call(leaf_fn leaf, int x);

@@ -5,8 +5,6 @@
  */
 #include "frames.h"
 
-#include <string.h>
-
 #define noinline __attribute__((noinline))
 
 noinline int fp_recurse(int depth, leaf_fn leaf, int x)
@@ -16,13 +14,15 @@ noinline int fp_recurse(int depth, leaf_fn leaf, int x)
 	return r + depth;
 }
 
-noinline int fp_vla(int n, leaf_fn leaf, int x)
+/* A fixed frame below rbp, calling into the file without frame pointers:
+ * the frames above it find rbp where this one saved it. */
+noinline int fp_locals(leaf_fn leaf, int x)
 {
-	char v[n];
+	volatile int local[16];
 
-	memset(v, x, (size_t)n);
-	__asm__ __volatile__("" : : "r"(v) : "memory");
-	int r = nofp_clobber_rbp(leaf, v[n - 1]);
+	for (int i = 0; i < 16; i++)
+		local[i] = x + i;
+	int r = nofp_vla(100 + x, leaf, local[3]);
 
-	return r + v[0];
+	return r + local[7];
 }

@@ -29,7 +29,9 @@
  * Code without an FDE (assembly without CFI, code made at run time) ends
  * the stack as well, and so does an object without .eh_frame_hdr or whose
  * table is not the usual sorted datarel|sdata4 one (libgcc would search
- * its .eh_frame linearly). An instruction the interpreter does not know
+ * its .eh_frame linearly), one in another dlmopen namespace (which
+ * dl_iterate_phdr does not list), and code whose tables were handed to
+ * libgcc with __register_frame. An instruction the interpreter does not know
  * gives RULE_STOP; one about a register it does not follow is skipped.
  *
  * The cache: UNWIND_SLOTS slots in sets of two, the set chosen by a hash

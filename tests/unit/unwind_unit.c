@@ -7,12 +7,13 @@
  *              pointers and one built without (tests/unwind/); alloca and
  *              VLA frames (CFA from rbp) under a frame that uses rbp as a
  *              general register (a walk that ignores where rbp was saved
- *              goes wrong there); a 64 KiB frame; qsort's comparator (libc
- *              frames); a shared library's frames; the stack truncated at
- *              the depth asked for; depths 0 and 1
+ *              goes wrong there); a frame-pointer frame with fixed locals;
+ *              a 64 KiB frame; qsort's comparator (libc frames); a shared
+ *              library's frames; the stack truncated at the depth asked
+ *              for; depths 0 and 1
  *   cached     a walk on an empty cache works rules out, the same walk
- *              again finds them all (at most a set's worth worked out
- *              again) and gives the same stack
+ *              again finds them all (at most three worked out again, for
+ *              addresses that met in one set) and gives the same stack
  *   threads    four threads walk every shape at once while a fifth
  *              flushes the cache again and again (TSan runs this too)
  *   signal     in a signal handler: the walk stops at the signal frame, a

@@ -76,21 +76,28 @@
 #include "platform.h"
 
 #include <execinfo.h>
-#include <limits.h>
 #include <string.h>
 
+#define FALLBACK_DEPTH 128   /* frames the fallback gives at most (1 KiB of stack) */
+
 /* backtrace() from here, from the caller's return address ip on: the
- * fallback's stack in unwind_stack's terms. */
+ * fallback's stack in unwind_stack's terms, with as many frames as asked
+ * (up to FALLBACK_DEPTH), those of unwind_stack and of this function left
+ * out. */
 static noinline unsigned unwind_backtrace(const void **pc, unsigned max, uintptr_t ip)
 {
-	int n = backtrace((void **)pc, max < INT_MAX ? (int)max : INT_MAX), k = 0;
+	void *raw[FALLBACK_DEPTH];
+	unsigned want = max < FALLBACK_DEPTH - 4 ? max + 4 : FALLBACK_DEPTH;
+	int n = backtrace(raw, (int)want), k = 0;
 
-	while (k < n && (uintptr_t)pc[k] != ip)
+	while (k < n && (uintptr_t)raw[k] != ip)
 		k++;
-	if (k == n)   /* ip not among them (no unwind tables here): as it is */
-		return (unsigned)n;
-	memmove(pc, pc + k, (size_t)(n - k) * sizeof(*pc));
-	return (unsigned)(n - k);
+	if (k == n)   /* ip not among them (no unwind tables here): as they are */
+		k = 0;
+	unsigned got = (unsigned)(n - k) < max ? (unsigned)(n - k) : max;
+
+	memcpy(pc, raw + k, got * sizeof(*pc));
+	return got;
 }
 
 #if !UNWIND_CACHED

@@ -69,14 +69,15 @@
  * trimmed to start at the malloc-family call (the caller's return address,
  * which the entry point passes down) and past this library's own frames
  * when it is a shared object (operator new calls uslab_malloc). The
- * unwinder is set up at start-up (unwind_init: backtrace's first call
- * loads libgcc's unwinder, which allocates), and a thread's first unwind
- * asks for its stack's bounds, which may allocate too. While a thread
- * samples (prof_inside), the allocations of the unwinder, or of anything
- * else inside, are never sampled: the profiler does not recurse into
- * itself. Each distinct stack is a record with four counters (sampled
- * blocks and bytes, live and ever allocated), in a second table, from
- * mappings of their own, never freed.
+ * unwinder is set up at start-up (unwind_init: on x86-64 its cache, else
+ * backtrace's first call, which loads libgcc's unwinder and allocates);
+ * on x86-64 a thread's first unwind asks for its stack's bounds, and the
+ * first that falls back to backtrace() loads libgcc's: both may allocate
+ * there and then. While a thread samples (prof_inside), the allocations
+ * of the unwinder, or of anything else inside, are never sampled: the
+ * profiler does not recurse into itself. Each distinct stack is a record
+ * with four counters (sampled blocks and bytes, live and ever allocated),
+ * in a second table, from mappings of their own, never freed.
  *
  * One lock, prof_lock, guards both tables and the counters; it is a leaf,
  * held across nothing but os_map and the writing of a profile. It takes

@@ -27,6 +27,8 @@
 /* slabs a thread may keep frozen per cache besides its active one, in bytes
  * (api.c; USLAB_CPU_PARTIAL sets a count instead) */
 #define CPU_PARTIAL_BYTES (512ul << 10)
+/* ... while the owner's frees go to the slabs' own lists (cpu.c) */
+#define CPU_PARTIAL_BYTES_LOCAL (64ul << 10)
 
 /* ---- per-thread cpu slabs and heaps ------------------------------------------- */
 

@@ -37,6 +37,22 @@ void cache_owner_frees_local(bool on)
 	WRITE_ONCE(owner_frees_local, on);
 }
 
+/*
+ * How many slabs c may hold on its cpu-partial list. While the owner's
+ * frees go to the slabs' own lists (cache_owner_frees_local), a refill takes
+ * one slab's list, and the more slabs a thread keeps the shorter each list
+ * and the more often it refills: then CPU_PARTIAL_BYTES_LOCAL of them.
+ */
+static unsigned cpu_partial_max(const struct uslab_cache *s)
+{
+	if (likely(!READ_ONCE(owner_frees_local)))
+		return s->cpu_partial;
+	unsigned local = (unsigned)(CPU_PARTIAL_BYTES_LOCAL >> UNIT_SHIFT) / s->units;
+
+	local = local < 2 ? 2 : local;
+	return local < s->cpu_partial ? local : s->cpu_partial;
+}
+
 /* The slab is frozen for the calling thread's heap, whose cpu slab of the
  * cache is c: from now on that thread's frees of its objects are local -
  * malloc's onto c's freelist (or, cache_owner_frees_local, the slab's
@@ -279,7 +295,7 @@ void cache_drain_cpu_partial(struct uslab_cache *s)
 void cpu_partial_put(struct uslab_cache *s, struct cpu_slab *c, struct slab *slab)
 {
 	ASSERT(ctr_frozen(dwcas_read(&slab->xword).hi) && !slab->on_partial);
-	if (c->nr_partial >= s->cpu_partial)
+	if (c->nr_partial >= cpu_partial_max(s))
 		cpu_partial_drain(s, c);
 	slab_set_owner(slab, c);
 	slab->next = c->partial;
@@ -298,7 +314,7 @@ static void cpu_partial_put_tail(struct uslab_cache *s, struct cpu_slab *c, stru
 {
 	struct slab **pp;
 
-	if (c->nr_partial >= s->cpu_partial)
+	if (c->nr_partial >= cpu_partial_max(s))
 		cpu_partial_drain(s, c);
 	for (pp = &c->partial; *pp; pp = &(*pp)->next)
 		;

@@ -38,7 +38,7 @@ void cache_owner_frees_local(bool on)
 }
 
 /*
- * How many slabs c may hold on its cpu-partial list. While the owner's
+ * How many slabs a cpu slab of s may hold on its cpu-partial list. While the owner's
  * frees go to the slabs' own lists (cache_owner_frees_local), a refill takes
  * one slab's list, and the more slabs a thread keeps the shorter each list
  * and the more often it refills: then CPU_PARTIAL_BYTES_LOCAL of them.

@@ -309,10 +309,11 @@ void cache_shrink_partial(struct uslab_cache *s);
  * __slab_free's common case, inline: the chain head..tail of cnt objects
  * onto a slab whose freelist is not empty and that keeps objects in use
  * after it - frozen, or PARTIAL staying PARTIAL - so the push changes no
- * list and freezes nothing: one read of the word, one dwcas. false, with
- * nothing done, when the slab is FULL, would be EMPTY, looks like a double
- * free, or the dwcas lost a race (a retry, as __slab_free counts its own);
- * __slab_free then decides on a fresh read (its loop sets tail's link again).
+ * list and freezes nothing: one read of the word, one dwcas. false, the
+ * slab unchanged, when it is FULL, would be EMPTY, looks like a double free,
+ * or the dwcas lost a race (a retry, as __slab_free counts its own);
+ * __slab_free then decides on a fresh read (its loop sets tail's link, which
+ * this may have written, again).
  */
 static inline bool slab_free_quick(struct uslab_cache *s, struct slab *slab, void *head,
 				   void *tail, unsigned cnt)

@@ -332,9 +332,8 @@ static uint32_t cache_geometry(struct uslab_cache *s, size_t size, size_t align,
 	s->min_partial = s->min_partial < 5 ? 5 : s->min_partial > 10 ? 10 : s->min_partial;
 	/* 512 KiB of slabs, 2 to 32 of them: a thread keeps the slabs that hold
 	 * what it allocated (docs/ownership.md) */
-	unsigned by_bytes = (unsigned)(CPU_PARTIAL_BYTES >> UNIT_SHIFT) / s->units;
 	s->cpu_partial = option(OPT_CPU_PARTIAL) > 0 ? (unsigned)option(OPT_CPU_PARTIAL) :
-			 by_bytes < 2 ? 2 : by_bytes > 32 ? 32 : by_bytes;
+			 cpu_partial_slabs(s, CPU_PARTIAL_BYTES);
 	return objects;
 }
 

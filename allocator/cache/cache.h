@@ -30,6 +30,14 @@
 /* ... while the owner's frees go to the slabs' own lists (cpu.c) */
 #define CPU_PARTIAL_BYTES_LOCAL (64ul << 10)
 
+/* How many of s's slabs make `bytes`, 2 to 32 of them (a cpu-partial bound). */
+static inline unsigned cpu_partial_slabs(const struct uslab_cache *s, size_t bytes)
+{
+	unsigned n = (unsigned)(bytes >> UNIT_SHIFT) / s->units;
+
+	return n < 2 ? 2 : n > 32 ? 32 : n;
+}
+
 /* ---- per-thread cpu slabs and heaps ------------------------------------------- */
 
 struct cpu_slab {

@@ -47,9 +47,8 @@ static unsigned cpu_partial_max(const struct uslab_cache *s)
 {
 	if (likely(!READ_ONCE(owner_frees_local)))
 		return s->cpu_partial;
-	unsigned local = (unsigned)(CPU_PARTIAL_BYTES_LOCAL >> UNIT_SHIFT) / s->units;
+	unsigned local = cpu_partial_slabs(s, CPU_PARTIAL_BYTES_LOCAL);
 
-	local = local < 2 ? 2 : local;
 	return local < s->cpu_partial ? local : s->cpu_partial;
 }
 

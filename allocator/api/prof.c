@@ -23,12 +23,14 @@
  * since it last came there from the cache layer's statistics
  * (cache_thread_allocs), and, if the countdown is not reached, serves the
  * allocation and cuts the class's refilled freelist after the objects that
- * fit before the next sample point (cache_alloc_limited: the rest waits on
- * the active slab's owner-local list). The inline path so runs dry at the
- * sample point and comes back to take the sample. A free that pushes onto
- * the list meanwhile (malloc's foreign frees) lengthens it: counted all
- * the same, and that stream's sample taken at its next slow path, a few
- * blocks late. The profiler's own blocks of a class (the sampled blocks'
+ * fit before the next sample point (cache_alloc_limited: the rest waits
+ * beside it, with the thread's frees of its own slabs' objects, which the
+ * cache layer puts there while the profiler is on - cache_owner_frees_aside
+ * - and the freelist takes when it runs dry). The inline path so runs dry at
+ * the sample point and comes back to take the sample. A free that still
+ * pushes onto the list meanwhile (malloc's foreign frees) lengthens it:
+ * counted all the same, and that stream's sample taken at its next slow
+ * path, a few blocks late. The profiler's own blocks of a class (the sampled blocks'
  * containers) are left out of its count (own). kmalloc_beyond's requests
  * go to prof_beyond_call (kmalloc_divert_beyond), and calloc's large blocks,
  * memalign's large or over-aligned ones and realloc's in-place growth are

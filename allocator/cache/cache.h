@@ -27,8 +27,6 @@
 /* slabs a thread may keep frozen per cache besides its active one, in bytes
  * (api.c; USLAB_CPU_PARTIAL sets a count instead) */
 #define CPU_PARTIAL_BYTES (512ul << 10)
-/* ... while the owner's frees go to the slabs' own lists (cpu.c) */
-#define CPU_PARTIAL_BYTES_LOCAL (64ul << 10)
 
 /* How many of s's slabs make `bytes`, 2 to 32 of them (a cpu-partial bound). */
 static inline unsigned cpu_partial_slabs(const struct uslab_cache *s, size_t bytes)
@@ -73,13 +71,6 @@ _Static_assert(sizeof(struct cpu_slab) == sizeof(struct uslab_cpu_cache_), "usla
 MIRRORS(struct uslab_cache, inline_offset, struct uslab_cache_fast_, inline_offset);
 MIRRORS(struct uslab_cache, fp_key, struct uslab_cache_fast_, fp_key);
 MIRRORS(struct uslab_cache, obj_magic, struct uslab_cache_fast_, obj_magic);
-/* A slab's owner-local list has a cpu freelist's shape where a push touches
- * it (the head, and the counter the push bumps), so owner_cpu may name
- * either (cpu.c, slab_set_owner). */
-_Static_assert(offsetof(struct slab, local_count) - offsetof(struct slab, local_free) ==
-		       offsetof(struct cpu_slab, fast_frees) - offsetof(struct cpu_slab, freelist) &&
-	       sizeof(((struct slab *)0)->local_count) == sizeof(((struct cpu_slab *)0)->fast_frees),
-	       "an owner-local list stands where a cpu freelist is pushed on");
 
 /*
  * Remote frees by message (cache.c, docs/slab.md): a thread that frees
@@ -158,6 +149,12 @@ struct thread_heap {
 	struct remote_msg *outbox[MAX_CACHES - STATIC_IDS];
 	struct mailbox inbox[MAX_CACHES - STATIC_IDS] __attribute__((aligned(CACHE_LINE)));
 	long stat[MAX_CACHES - STATIC_IDS][NR_CACHE_STATS] __attribute__((aligned(CACHE_LINE)));
+	/* malloc's classes, while the owner's frees are put aside
+	 * (cache_owner_frees_aside): the objects freed into this thread's slabs
+	 * since its cpu freelist of the class last ran dry. Shaped as a cpu slab
+	 * where free's inline path pushes (freelist, and fast_frees counting
+	 * them); no other field is used. Last: untouched otherwise. */
+	struct cpu_slab k_aside[STATIC_IDS] __attribute__((aligned(CACHE_LINE)));
 };
 _Static_assert(NR_CHUNKS <= 64, "chunks_used is one word");
 _Static_assert(offsetof(struct thread_heap, cpu) == CACHE_LINE,
@@ -292,11 +289,11 @@ void caches_unlock_all(bool child);
 void *cache_alloc_slow(struct uslab_cache *s);
 /* Where malloc's free puts a thread's frees of its own slabs' objects, for
  * the slabs frozen from now on: false (the default), its cpu freelist, where
- * the next malloc takes them back; true, the slabs' owner-local lists, so
- * that the cpu freelist only shrinks between refills (the heap profiler's
- * sampler, which counts allocations at the slow path). Before the program's
- * threads. */
-void cache_owner_frees_local(bool on);
+ * the next malloc takes them back; true, a list beside it per class
+ * (thread_heap.k_aside) that the freelist takes whole when it runs dry, so
+ * that it only shrinks between refills (the heap profiler's sampler, which
+ * counts allocations at the slow path). Before the program's threads. */
+void cache_owner_frees_aside(bool on);
 /* The heap profiler's (cpu.c): an allocation whose refilled freelist runs
  * dry after at most k more. */
 void *cache_alloc_limited(struct uslab_cache *s, unsigned k);

@@ -30,39 +30,39 @@ static void cpu_slab_activate(struct cpu_slab *c, struct uslab_cache *s, struct 
 	c->limit = s->stride <= STRIDE_EXACT_MAX ? s->obj_limit : 0;
 }
 
-static bool owner_frees_local;
+static bool owner_frees_aside;
 
-void cache_owner_frees_local(bool on)
+void cache_owner_frees_aside(bool on)
 {
-	WRITE_ONCE(owner_frees_local, on);
+	WRITE_ONCE(owner_frees_aside, on);
 }
 
-/*
- * How many slabs a cpu slab of s may hold on its cpu-partial list. While the owner's
- * frees go to the slabs' own lists (cache_owner_frees_local), a refill takes
- * one slab's list, and the more slabs a thread keeps the shorter each list
- * and the more often it refills: then CPU_PARTIAL_BYTES_LOCAL of them.
- */
-static unsigned cpu_partial_max(const struct uslab_cache *s)
+/* The list beside c that malloc's free puts its thread's frees of its own
+ * slabs' objects on while they are put aside (thread_heap.k_aside), or NULL:
+ * they go on c's freelist (and the cache API's never come this way). */
+static struct cpu_slab *cpu_aside(const struct uslab_cache *s, struct cpu_slab *c)
 {
-	if (likely(!READ_ONCE(owner_frees_local)))
-		return s->cpu_partial;
-	unsigned local = cpu_partial_slabs(s, CPU_PARTIAL_BYTES_LOCAL);
+	if (likely(!READ_ONCE(owner_frees_aside)) || s->id >= STATIC_IDS)
+		return NULL;
+	return (struct cpu_slab *)(void *)((char *)c + offsetof(struct thread_heap, k_aside) -
+					   offsetof(struct thread_heap, cpu));
+}
 
-	return local < s->cpu_partial ? local : s->cpu_partial;
+/* What c's slabs name as the place for the owner's frees (slab->owner_cpu). */
+static struct cpu_slab *cpu_owner_list(const struct uslab_cache *s, struct cpu_slab *c)
+{
+	struct cpu_slab *aside = cpu_aside(s, c);
+
+	return aside ? aside : c;
 }
 
 /* The slab is frozen for the calling thread's heap, whose cpu slab of the
  * cache is c: from now on that thread's frees of its objects are local -
- * malloc's onto c's freelist (or, cache_owner_frees_local, the slab's
- * owner-local list, which owner_cpu then names as if it were a cpu slab),
- * the cache API's onto the slab's owner-local list. */
-static void slab_set_owner(struct slab *slab, struct cpu_slab *c)
+ * malloc's onto c's freelist (or the list beside it, cpu_aside), the cache
+ * API's onto the slab's owner-local list. */
+static void slab_set_owner(const struct uslab_cache *s, struct slab *slab, struct cpu_slab *c)
 {
-	if (unlikely(READ_ONCE(owner_frees_local)))
-		c = (struct cpu_slab *)(void *)((char *)&slab->local_free -
-						 offsetof(struct cpu_slab, freelist));
-	WRITE_ONCE(slab->owner_cpu, c);
+	WRITE_ONCE(slab->owner_cpu, cpu_owner_list(s, c));
 	WRITE_ONCE(slab->owner, tls_heap);
 	WRITE_ONCE(slab->owner_tp, thread_self());
 }
@@ -138,15 +138,47 @@ static void cpu_stats_fold(struct uslab_cache *s, struct cpu_slab *c, unsigned r
  * the caller knows, and the owner-local lists of the slabs c holds frozen
  * (the active one and at most cpu_partial others). Owner only.
  */
-static void cpu_cached_publish(struct cpu_slab *c, uint64_t on_freelist)
+static void cpu_cached_publish(const struct uslab_cache *s, struct cpu_slab *c,
+			       uint64_t on_freelist)
 {
-	uint64_t n = on_freelist;
+	struct cpu_slab *aside = cpu_aside(s, c);
+	uint64_t n = on_freelist + (aside ? aside->fast_frees : 0);
 
 	if (c->slab)
 		n += c->slab->local_count;
 	for (struct slab *p = c->partial; p; p = p->next)
 		n += p->local_count;
 	cpu_cached_set(c, n);
+}
+
+/* Take c's list of the owner's frees put aside (cpu_aside) off it: its
+ * objects, and their number in *n, for the caller to count as frees; NULL
+ * and 0 when there are none. */
+static void *cpu_aside_take(struct uslab_cache *s, struct cpu_slab *c, unsigned *n)
+{
+	struct cpu_slab *aside = cpu_aside(s, c);
+	void *chain = aside ? aside->freelist : NULL;
+
+	*n = chain ? (unsigned)aside->fast_frees : 0;
+	if (chain) {
+		aside->freelist = NULL;
+		aside->fast_frees = 0;
+	}
+	return chain;
+}
+
+/* Put c's list put aside in front of its freelist, as the frees that they
+ * are (c->fast_frees): before c is flushed. A walk of the list. */
+static void cpu_aside_splice(struct uslab_cache *s, struct cpu_slab *c)
+{
+	unsigned n, walked = 0;
+	void *chain = cpu_aside_take(s, c, &n);
+
+	if (!chain)
+		return;
+	fp_set(s, chain_last(s, chain, &walked), c->freelist);
+	c->freelist = chain;
+	c->fast_frees += n;
 }
 
 /*
@@ -177,6 +209,7 @@ static unsigned flush_foreign(struct uslab_cache *s, struct cpu_slab *c, void **
 	bool cut = false;   /* objects left the list since keep_tail */
 	/* the active slab's objects (most, at a thread's exit): one compare */
 	uintptr_t base = c->base, span = c->slab ? (uintptr_t)s->objects * s->stride : 0;
+	struct cpu_slab *owner_list = cpu_owner_list(s, c);
 
 	for (void *p = c->freelist, *next; p; p = next) {
 		if ((uintptr_t)p - base < span) {
@@ -199,7 +232,7 @@ static unsigned flush_foreign(struct uslab_cache *s, struct cpu_slab *c, void **
 		struct slab *slab = segment_desc_head((uintptr_t)p & ~(SEG_SIZE - 1), p);
 		/* c's heap froze it (only that heap's thread stores this c:
 		 * another slab's owner may be changing it meanwhile) */
-		bool own = READ_ONCE(slab->owner_cpu) == c;
+		bool own = READ_ONCE(slab->owner_cpu) == owner_list;
 
 		cut = true;
 		if (own) {   /* onto its own list, for a refill to take whole */
@@ -233,7 +266,7 @@ static unsigned flush_foreign(struct uslab_cache *s, struct cpu_slab *c, void **
 	cpu_stats_fold(s, c, gone + local, kept);
 	c->freelist = keep;
 	c->foreign_left = s->foreign_max;
-	cpu_cached_publish(c, kept);
+	cpu_cached_publish(s, c, kept);
 	if (last)
 		*last = keep_tail;
 	return kept;
@@ -244,6 +277,8 @@ static void cpu_slab_deactivate(struct uslab_cache *s, struct cpu_slab *c)
 {
 	struct slab *slab = c->slab;
 	void *tail;
+
+	cpu_aside_splice(s, c);
 	/* one walk of the list (at thread exit, a cache miss per object) */
 	unsigned n = flush_foreign(s, c, &tail);
 	void *chain = c->freelist;   /* only the active slab's objects now: none without one */
@@ -294,9 +329,9 @@ void cache_drain_cpu_partial(struct uslab_cache *s)
 void cpu_partial_put(struct uslab_cache *s, struct cpu_slab *c, struct slab *slab)
 {
 	ASSERT(ctr_frozen(dwcas_read(&slab->xword).hi) && !slab->on_partial);
-	if (c->nr_partial >= cpu_partial_max(s))
+	if (c->nr_partial >= s->cpu_partial)
 		cpu_partial_drain(s, c);
-	slab_set_owner(slab, c);
+	slab_set_owner(s, slab, c);
 	slab->next = c->partial;
 	c->partial = slab;
 	c->nr_partial++;
@@ -313,7 +348,7 @@ static void cpu_partial_put_tail(struct uslab_cache *s, struct cpu_slab *c, stru
 {
 	struct slab **pp;
 
-	if (c->nr_partial >= cpu_partial_max(s))
+	if (c->nr_partial >= s->cpu_partial)
 		cpu_partial_drain(s, c);
 	for (pp = &c->partial; *pp; pp = &(*pp)->next)
 		;
@@ -423,22 +458,19 @@ static struct slab *refill_slab(struct uslab_cache *s, struct cpu_slab *c, void 
 		}
 		*freelist = slab_build(s, slab, NULL, BUILD_GROW, count);
 	}
-	slab_set_owner(slab, c);
+	slab_set_owner(s, slab, c);
 	return slab;
 }
 
-/* Put objects on c's empty freelist; false (ENOMEM) when there are none. */
-static bool cpu_refill(struct uslab_cache *s, struct cpu_slab *c)
+/* Objects from c's slabs onto its empty freelist, *count of them: the
+ * active slab's, else another slab made active; false (ENOMEM) when there
+ * are none. */
+static bool cpu_refill_slabs(struct uslab_cache *s, struct cpu_slab *c, unsigned *count)
 {
 	void *freelist = NULL;
-	unsigned count = 0;
 
-	if (mailbox_peek(heap_inbox(tls_heap, s->id)))
-		inbox_drain(tls_heap, s->id, false);   /* onto the local lists taken below */
-	c->foreign_left = s->foreign_max;   /* every foreign object has been reused */
-	cpu_stats_fold(s, c, 0, 0);
 	if (c->slab) {
-		freelist = refill_from_active(s, c->slab, &count);
+		freelist = refill_from_active(s, c->slab, count);
 		if (!freelist) {
 			struct slab *dry = c->slab;
 
@@ -449,17 +481,49 @@ static bool cpu_refill(struct uslab_cache *s, struct cpu_slab *c)
 	}
 	if (freelist) {
 		c->freelist = freelist;
-	} else {
-		struct slab *slab = refill_slab(s, c, &freelist, &count);
-
-		if (!slab) {
-			cpu_cached_publish(c, 0);
-			return false;
-		}
-		cpu_slab_activate(c, s, slab, freelist);
+		return true;
 	}
-	c->supplied = count ? count - 1 : 0;   /* all but the one popped next */
-	cpu_cached_publish(c, c->supplied);
+	struct slab *slab = refill_slab(s, c, &freelist, count);
+
+	if (!slab)
+		return false;
+	cpu_slab_activate(c, s, slab, freelist);
+	return true;
+}
+
+/*
+ * Put objects on c's empty freelist; false (ENOMEM) when there are none.
+ * The owner's frees put aside (cpu_aside) come first, the warmest; from its
+ * slabs too when they are fewer than half a slab's objects, so that a
+ * thread that frees what it allocates in turn comes here at most every
+ * half slab.
+ */
+static bool cpu_refill(struct uslab_cache *s, struct cpu_slab *c)
+{
+	unsigned count, more = 0;
+
+	if (mailbox_peek(heap_inbox(tls_heap, s->id)))
+		inbox_drain(tls_heap, s->id, false);   /* onto the local lists taken below */
+	c->foreign_left = s->foreign_max;   /* every foreign object has been reused */
+	cpu_stats_fold(s, c, 0, 0);
+	void *aside = cpu_aside_take(s, c, &count);
+
+	if (aside)
+		stat_add(s, STAT_FREE_FAST, count);
+	if (count < s->objects / 2 && !cpu_refill_slabs(s, c, &more) && !aside) {
+		cpu_cached_publish(s, c, 0);
+		return false;
+	}
+	if (aside) {
+		unsigned walked = 0;
+
+		if (c->freelist)
+			fp_set(s, chain_last(s, aside, &walked), c->freelist);
+		c->freelist = aside;
+	}
+	count += more;
+	c->supplied = count - 1;   /* all but the one popped next */
+	cpu_cached_publish(s, c, c->supplied);
 	return true;
 }
 
@@ -498,19 +562,19 @@ void *cache_alloc_slow(struct uslab_cache *s)
 }
 
 /*
- * Cut a freelist cpu_refill has just made (all of it the active slab's
- * objects, c->supplied of them) after its first k: the rest waits on the
- * slab's owner-local list, where every walk, flush and refill of a frozen
- * slab's private objects finds it, until the fast path has run the list dry
- * and a refill takes it back. Not frees: uncounted as such.
+ * Cut a freelist cpu_refill has just made (c->supplied objects) after its
+ * first k: the rest waits on the list beside it (cpu_aside), where every
+ * flush of c finds it, until the fast path has run the freelist dry and a
+ * refill takes it back. Not frees: uncounted as such.
  */
 static void cpu_freelist_cut(struct uslab_cache *s, struct cpu_slab *c, unsigned k)
 {
-	struct slab *slab = c->slab;
+	struct cpu_slab *aside = cpu_aside(s, c);
 	unsigned rest = c->supplied - k;
 	void *held, *last = NULL;
 
-	if (!slab || c->supplied <= k)
+	ASSERT(aside);   /* the profiler puts the owner's frees aside */
+	if (!aside || c->supplied <= k)
 		return;
 	if (k) {
 		last = c->freelist;
@@ -522,16 +586,16 @@ static void cpu_freelist_cut(struct uslab_cache *s, struct cpu_slab *c, unsigned
 		held = c->freelist;
 		c->freelist = NULL;
 	}
-	if (slab->local_free) {   /* not after a refill, which takes it; kept right anyway */
+	if (aside->freelist) {   /* not after a refill, which takes it; kept right anyway */
 		unsigned n = 0;
 
-		fp_set(s, chain_last(s, held, &n), slab->local_free);
+		fp_set(s, chain_last(s, held, &n), aside->freelist);
 	}
-	ASSERT_EXPENSIVE(({ unsigned n = 0; chain_last(s, held, &n); n == rest + slab->local_count; }));
-	slab->local_free = held;
-	slab->local_count += rest;
+	ASSERT_EXPENSIVE(({ unsigned n = 0; chain_last(s, held, &n); n == rest + aside->fast_frees; }));
+	aside->freelist = held;
+	aside->fast_frees += rest;
 	c->supplied = k;
-	stat_add(s, STAT_FREE_LOCAL, -(long)rest);   /* counted when a refill takes them */
+	stat_add(s, STAT_FREE_FAST, -(long)rest);   /* counted when a refill takes them */
 }
 
 /*

@@ -92,10 +92,14 @@ static void heap_flush_all(struct thread_heap *h, bool exiting)
 		if (!(h->chunks_used >> k & 1))
 			continue;
 		for (unsigned i = 0; i < CPU_CHUNK; i++) {
-			struct cpu_slab *c = &h->cpu[k * CPU_CHUNK + i];
-			/* a thread that only frees may hold cached objects and no slab */
+			unsigned id = k * CPU_CHUNK + i;
+			struct cpu_slab *c = &h->cpu[id];
+			/* a thread that only frees may hold cached objects and no
+			 * slab (and its frees put aside may outlive their slabs) */
+			void *obj = c->freelist ? c->freelist :
+				    id < STATIC_IDS ? h->k_aside[id].freelist : NULL;
 			struct slab *any = c->slab ? c->slab : c->partial ? c->partial :
-					   c->freelist ? ptr_to_slab(c->freelist) : NULL;
+					   obj ? ptr_to_slab(obj) : NULL;
 
 			if (any)
 				cpu_slab_flush(any->cache, c);

@@ -103,9 +103,9 @@ void *(*ksampler)(unsigned cls, size_t align, const void *site);
 
 void kmalloc_sample_classes(void *(*hook)(unsigned, size_t, const void *))
 {
-	/* the sampler counts at the slow path: frees must not refill the cpu
+	/* the sampler counts at the slow path: frees must not lengthen the cpu
 	 * freelists between refills */
-	cache_owner_frees_local(hook != NULL);
+	cache_owner_frees_aside(hook != NULL);
 	WRITE_ONCE(ksampler, hook);
 }
 

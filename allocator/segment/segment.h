@@ -63,9 +63,9 @@ struct slab {
 	uintptr_t owner_tp;            /* thread_self() of the thread whose heap froze it,
 					  0 when none (written by that thread only) */
 	struct cpu_slab *owner_cpu;    /* where malloc's free puts the owner's frees: that
-					  heap's cpu slab of the cache, or this slab's
-					  owner-local list (the cache layer's choice;
-					  written by that thread only) */
+					  heap's cpu slab of the cache, or the list beside
+					  it (the cache layer's choice; written by that
+					  thread only) */
 	uint16_t nunits;
 	uint8_t kind;
 	uint8_t on_partial;            /* on cache->partial; changed under list_lock */
@@ -74,10 +74,7 @@ struct slab {
 					  take, else 0 */
 	uint64_t kfree_limit;          /* (base, kfree_magic and kfree_limit: every unit) */
 	struct uslab_cache *cache;
-	/* second line: the coupled word and the lists. local_free and
-	 * local_count are as far apart as a cpu slab's freelist and
-	 * fast_frees, so that the owner-local list can stand where a cpu slab
-	 * is pushed on (cache layer, owner_cpu) */
+	/* second line: the coupled word and the lists */
 	void *local_free;              /* owner-only: its frees into this frozen slab
 					  that did not go to a cpu freelist */
 	struct slab *next, *prev;      /* partial list (list_lock) or cpu-partial (owner) */

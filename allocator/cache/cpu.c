@@ -37,10 +37,10 @@ void cache_owner_frees_aside(bool on)
 	WRITE_ONCE(owner_frees_aside, on);
 }
 
-/* The list beside c that malloc's free puts its thread's frees of its own
- * slabs' objects on while they are put aside (thread_heap.k_aside), or NULL:
- * they go on c's freelist (and the cache API's never come this way). */
-static struct cpu_slab *cpu_aside(const struct uslab_cache *s, struct cpu_slab *c)
+/* local.h: thread_heap.k_aside's entry for c, while malloc's free puts a
+ * thread's frees of its own slabs' objects aside; otherwise they go on c's
+ * freelist (and the cache API's never come this way). */
+struct cpu_slab *cpu_aside(const struct uslab_cache *s, struct cpu_slab *c)
 {
 	if (likely(!READ_ONCE(owner_frees_aside)) || s->id >= STATIC_IDS)
 		return NULL;
@@ -167,20 +167,6 @@ static void *cpu_aside_take(struct uslab_cache *s, struct cpu_slab *c, unsigned 
 	return chain;
 }
 
-/* Put c's list put aside in front of its freelist, as the frees that they
- * are (c->fast_frees): before c is flushed. A walk of the list. */
-static void cpu_aside_splice(struct uslab_cache *s, struct cpu_slab *c)
-{
-	unsigned n, walked = 0;
-	void *chain = cpu_aside_take(s, c, &n);
-
-	if (!chain)
-		return;
-	fp_set(s, chain_last(s, chain, &walked), c->freelist);
-	c->freelist = chain;
-	c->fast_frees += n;
-}
-
 /*
  * malloc's frees go on the freeing thread's cpu freelist for the class (no
  * atomic), to be allocated again here while their lines are warm: the
@@ -197,10 +183,12 @@ static void cpu_aside_splice(struct uslab_cache *s, struct cpu_slab *c)
  * by slab, not in the order they were freed: a pool freed in random order
  * is allocated again with the locality of a slab's list (and the list does
  * not carry them from one flush to the next). One walk, which rewrites a kept
- * object's link only where objects left after it. Returns how many stay,
+ * object's link only where objects left after it. The chain `more` (the
+ * frees put aside, cpu_aside, already counted in c->fast_frees; or NULL)
+ * is sorted so too, as if it followed the list. Returns how many stay,
  * the last in *last.
  */
-static unsigned flush_foreign(struct uslab_cache *s, struct cpu_slab *c, void **last)
+static unsigned flush_foreign(struct uslab_cache *s, struct cpu_slab *c, void *more, void **last)
 {
 	void *keep = NULL, *keep_tail = NULL;
 	struct slab *run = NULL;
@@ -211,7 +199,12 @@ static unsigned flush_foreign(struct uslab_cache *s, struct cpu_slab *c, void **
 	uintptr_t base = c->base, span = c->slab ? (uintptr_t)s->objects * s->stride : 0;
 	struct cpu_slab *owner_list = cpu_owner_list(s, c);
 
-	for (void *p = c->freelist, *next; p; p = next) {
+	for (void *p = c->freelist, *next; p || more; p = next) {
+		if (!p) {   /* on to the chain `more`: a kept run ends in NULL */
+			p = more;
+			more = NULL;
+			cut = true;
+		}
 		if ((uintptr_t)p - base < span) {
 			/* a run of the active slab's objects: kept as linked */
 			if (!keep_tail)
@@ -276,11 +269,12 @@ static unsigned flush_foreign(struct uslab_cache *s, struct cpu_slab *c, void **
 static void cpu_slab_deactivate(struct uslab_cache *s, struct cpu_slab *c)
 {
 	struct slab *slab = c->slab;
-	void *tail;
+	unsigned aside_n;
+	void *tail, *aside = cpu_aside_take(s, c, &aside_n);
 
-	cpu_aside_splice(s, c);
-	/* one walk of the list (at thread exit, a cache miss per object) */
-	unsigned n = flush_foreign(s, c, &tail);
+	c->fast_frees += aside_n;   /* frees, counted at the fold as c's */
+	/* one walk of the lists (at thread exit, a cache miss per object) */
+	unsigned n = flush_foreign(s, c, aside, &tail);
 	void *chain = c->freelist;   /* only the active slab's objects now: none without one */
 
 	c->slab = NULL;
@@ -508,9 +502,11 @@ static bool cpu_refill(struct uslab_cache *s, struct cpu_slab *c)
 	cpu_stats_fold(s, c, 0, 0);
 	void *aside = cpu_aside_take(s, c, &count);
 
+	bool enough = aside && count >= s->objects / 2;
+
 	if (aside)
 		stat_add(s, STAT_FREE_FAST, count);
-	if (count < s->objects / 2 && !cpu_refill_slabs(s, c, &more) && !aside) {
+	if (!enough && !cpu_refill_slabs(s, c, &more) && !aside) {
 		cpu_cached_publish(s, c, 0);
 		return false;
 	}
@@ -692,7 +688,7 @@ void slab_free_cached(struct uslab_cache *s, struct slab *slab, void *obj)
 	if (unlikely(obj == c->freelist))
 		uslab_fatal(cache_free_call(s), obj, "double free");
 	if (!c->foreign_left)   /* budget spent, or a new cpu slab */
-		flush_foreign(s, c, NULL);
+		flush_foreign(s, c, NULL, NULL);
 	c->foreign_left--;
 	uslab_cpu_link_(cpu_fast(c), obj, s->fp_offset, fp_key_get());
 	cpu_cached_add(c, 1);

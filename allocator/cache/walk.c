@@ -70,7 +70,8 @@ size_t cache_live_objects(struct uslab_cache *s)
 	return live > 0 ? (size_t)live : 0;
 }
 
-/* The calling thread's private objects of cache s (on its cpu freelist). */
+/* The calling thread's private objects of cache s: on its cpu freelist,
+ * and its frees put aside beside it (cpu_aside). */
 long own_private_objects(struct uslab_cache *s)
 {
 	struct thread_heap *h = tls_heap;
@@ -78,9 +79,11 @@ long own_private_objects(struct uslab_cache *s)
 
 	if (!heap_has_chunk(h, s))
 		return 0;
-	for (void *p = heap_cpu_slab(h, s)->freelist; p; p = fp_get(s, p))
+	struct cpu_slab *c = heap_cpu_slab(h, s), *aside = cpu_aside(s, c);
+
+	for (void *p = c->freelist; p; p = fp_get(s, p))
 		n++;
-	return n;
+	return n + (aside ? (long)aside->fast_frees : 0);
 }
 
 /* ---- validation --------------------------------------------------------------------- */
@@ -330,8 +333,10 @@ static void cache_report(struct uslab_cache *s, struct cache_report *r)
 	r->stat[STAT_FREE_LOCAL] += w.own_local;
 	struct thread_heap *h = tls_heap;
 	if (heap_has_chunk(h, s)) {
-		struct cpu_slab *c = heap_cpu_slab(h, s);
+		struct cpu_slab *c = heap_cpu_slab(h, s), *aside = cpu_aside(s, c);
 		long left = own_private_objects(s);
+		/* frees put aside: off the freelist, counted when it takes them */
+		long set_aside = aside ? (long)aside->fast_frees : 0;
 
 		r->live_objects -= left;
 		r->cached_objects = left + w.own_local;
@@ -339,8 +344,8 @@ static void cache_report(struct uslab_cache *s, struct cache_report *r)
 
 		if (m)   /* freed, not counted yet */
 			r->stat[STAT_FREE_REMOTE] += (long)m->count;
-		r->stat[STAT_ALLOC_FAST] += (long)c->supplied + (long)c->fast_frees - left;
-		r->stat[STAT_FREE_FAST] += (long)c->fast_frees;
+		r->stat[STAT_ALLOC_FAST] += (long)c->supplied + (long)c->fast_frees - (left - set_aside);
+		r->stat[STAT_FREE_FAST] += (long)c->fast_frees + set_aside;
 	}
 	long others = cache_cached_published(s, h);
 	if (others > r->live_objects)

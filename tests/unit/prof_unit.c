@@ -497,11 +497,28 @@ static void *allocate_some(void *arg)
 	return NULL;
 }
 
+/* Objects of malloc's classes that the slabs hold in use, less those on
+ * the calling thread's own lists. */
+static long classes_live(void)
+{
+	long n = 0;
+
+	for (unsigned c = 0; c < NR_CLASSES; c++) {
+		struct uslab_cache_info info;
+
+		if (!kmalloc_unready(&kmalloc_store[c]) &&
+		    uslab_cache_info(&kmalloc_store[c], &info) == 0)
+			n += (long)info.live_objects;
+	}
+	return n;
+}
+
 static void case_threads(void)
 {
 	static void *v[THREAD_BLOCKS];
 	static struct profile p;
 	char path[128];
+	long live = classes_live();
 
 	for (int round = 0; round < 3; round++) {
 		pthread_t t;
@@ -524,6 +541,8 @@ static void case_threads(void)
 		}
 	}
 	CHECK_EQ(kmalloc_validate_all(), 0);
+	/* the exited threads' frees, those put aside included, went back */
+	CHECK_EQ(classes_live(), live);
 	CHECK_EQ(uslab_prof_dump(path_in_dir("threads.heap", path, sizeof(path))), 0);
 	if (read_profile(path, &p)) {
 		CHECK(p.raw[2] > 1000);   /* sampled: one per 4 KiB of some 300 MiB */

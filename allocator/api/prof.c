@@ -1000,17 +1000,21 @@ size_t prof_usable_size(const void *p)
 	return kmalloc_usable_size((const char *)p - front, "malloc_usable_size") - front;
 }
 
+/* Lock held: sampled block b is n bytes now; its stack's counts follow. */
+static void block_resized(struct prof_block *b, size_t n)
+{
+	b->stack->live_bytes += n - b->size;   /* modulo 2^64: a shrink too */
+	if (n > b->size)
+		b->stack->alloc_bytes += n - b->size;
+	b->size = n;
+}
+
 /* Lock held: sampled block b, taken out of the table for a resize, goes
- * back in, at n bytes if resized (its stack's counts follow), else as it
- * was; the lock is dropped. */
+ * back in, at n bytes if resized, else as it was; the lock is dropped. */
 static void block_back_resized(struct prof_block *b, bool resized, size_t n)
 {
-	if (resized) {
-		b->stack->live_bytes += n - b->size;   /* modulo 2^64: a shrink too */
-		if (n > b->size)
-			b->stack->alloc_bytes += n - b->size;
-		b->size = n;
-	}
+	if (resized)
+		block_resized(b, n);
 	table_insert(blocks, &b->chain, block_key(&b->chain));   /* the room it had */
 	prof_unlock();
 }
@@ -1080,11 +1084,37 @@ static void *prof_resize(void *p, size_t n)
 	return q ? q + front : NULL;
 }
 
-/* realloc of sampled block p: resized where it is (prof_resize), else
- * moved, the new block a new allocation (sampled or not, by the count). */
+/* realloc of sampled block p, grown to n bytes within the room it has
+ * (have bytes usable at p): nothing moves, so it stays in the table, and
+ * only its counts change - one lookup under the lock. False: n is beyond
+ * the room or a shrink (which kmalloc_resize may move to a smaller block). */
+static bool prof_grow_within(void *p, size_t n, size_t have)
+{
+	struct link **where;
+	struct prof_block *b;
+	bool done;
+
+	if (n > have)
+		return false;
+	prof_lock_take();
+	b = block_find(p, &where);
+	done = b && n >= b->size;
+	if (done)
+		block_resized(b, n);
+	prof_unlock();
+	return done;
+}
+
+/* realloc of sampled block p: grown within its room or resized where it
+ * is (prof_resize), else moved, the new block a new allocation (sampled or
+ * not, by the count). */
 void *prof_realloc(void *p, size_t n, const void *site)
 {
-	if (!prof_front(p))
+	bool far = !prof_front(p);
+
+	if (prof_grow_within(p, n, far ? kmalloc_usable_size(p, "realloc") : prof_usable_size(p)))
+		return p;
+	if (far)
 		return prof_realloc_far(p, n, site);
 
 	size_t have = prof_usable_size(p);

@@ -312,6 +312,31 @@ static void case_blocks(void)
 	CHECK_EQ(p.raw[0], 0);          /* none live */
 	/* every one sampled; a realloc that moves a block is one more */
 	CHECK(p.raw[2] >= allocs && p.raw[2] <= allocs + 2 * N);
+
+	/* grown within the room of its block: where it is, counted at its new
+	 * size (small: behind the header; large: the run as it is) */
+	for (int i = 0; i < 2; i++) {
+		size_t n = i ? 40000 : 100;
+		char *g = uslab_malloc(n), *h;
+		size_t room;
+
+		REQUIRE(g != NULL);
+		room = uslab_malloc_usable_size(g);
+		test_fill(g, n);
+		uint64_t seed = test_block_seed(g, n);
+		CHECK(room > n);
+		h = uslab_realloc(g, room);
+		CHECK(h == g);
+		CHECK(test_intact_seed(h, n, seed));
+		CHECK_EQ(uslab_prof_dump(path_in_dir("grown.heap", path, sizeof(path))), 0);
+		if (read_profile(path, &p)) {
+			CHECK_EQ(p.raw[0], 1);             /* it alone is live ... */
+			CHECK_EQ(p.raw[1], (double)room);  /* ... at its new size */
+		} else {
+			test_failures++;
+		}
+		uslab_free(h);
+	}
 }
 
 /* ---- misuse ---------------------------------------------------------------------------------------- */

@@ -501,7 +501,6 @@ static bool cpu_refill(struct uslab_cache *s, struct cpu_slab *c)
 	c->foreign_left = s->foreign_max;   /* every foreign object has been reused */
 	cpu_stats_fold(s, c, 0, 0);
 	void *aside = cpu_aside_take(s, c, &count);
-
 	bool enough = aside && count >= s->objects / 2;
 
 	if (aside)

@@ -604,11 +604,12 @@ static void case_fork(void)
 	pid_t pid = fork();
 	REQUIRE(pid >= 0);
 	if (pid == 0) {
+		/* no validate here: a slab the other thread was taking or giving
+		 * up when the fork came stays frozen, owned by nobody, for good in
+		 * the child, and validate reports it (docs/slab.md, "fork"); the parent
+		 * validates after the join */
 		churn(20000);
-		if (kmalloc_validate_all() != 0 ||
-		    uslab_prof_dump(path_in_dir("child.heap", path, sizeof(path))) != 0)
-			_exit(1);
-		_exit(0);
+		_exit(uslab_prof_dump(path_in_dir("child.heap", path, sizeof(path))) != 0);
 	}
 	REQUIRE(pthread_join(t, NULL) == 0);
 	churn(20000);

@@ -37,12 +37,13 @@ void cache_owner_frees_aside(bool on)
 	WRITE_ONCE(owner_frees_aside, on);
 }
 
-/* local.h: thread_heap.k_aside's entry for c, while malloc's free puts a
- * thread's frees of its own slabs' objects aside; otherwise they go on c's
- * freelist (and the cache API's never come this way). */
-struct cpu_slab *cpu_aside(const struct uslab_cache *s, struct cpu_slab *c)
+/* local.h: thread_heap.k_aside's entry for c, the cpu slab of cache id,
+ * while malloc's free puts a thread's frees of its own slabs' objects aside;
+ * otherwise they go on c's freelist (and the cache API's never come this
+ * way). */
+struct cpu_slab *cpu_aside(unsigned id, struct cpu_slab *c)
 {
-	if (likely(!READ_ONCE(owner_frees_aside)) || s->id >= STATIC_IDS)
+	if (likely(!READ_ONCE(owner_frees_aside)) || id >= STATIC_IDS)
 		return NULL;
 	return (struct cpu_slab *)(void *)((char *)c + offsetof(struct thread_heap, k_aside) -
 					   offsetof(struct thread_heap, cpu));
@@ -51,7 +52,7 @@ struct cpu_slab *cpu_aside(const struct uslab_cache *s, struct cpu_slab *c)
 /* What c's slabs name as the place for the owner's frees (slab->owner_cpu). */
 static struct cpu_slab *cpu_owner_list(const struct uslab_cache *s, struct cpu_slab *c)
 {
-	struct cpu_slab *aside = cpu_aside(s, c);
+	struct cpu_slab *aside = cpu_aside(s->id, c);
 
 	return aside ? aside : c;
 }
@@ -141,7 +142,7 @@ static void cpu_stats_fold(struct uslab_cache *s, struct cpu_slab *c, unsigned r
 static void cpu_cached_publish(const struct uslab_cache *s, struct cpu_slab *c,
 			       uint64_t on_freelist)
 {
-	struct cpu_slab *aside = cpu_aside(s, c);
+	struct cpu_slab *aside = cpu_aside(s->id, c);
 	uint64_t n = on_freelist + (aside ? aside->fast_frees : 0);
 
 	if (c->slab)
@@ -156,7 +157,7 @@ static void cpu_cached_publish(const struct uslab_cache *s, struct cpu_slab *c,
  * and 0 when there are none. */
 static void *cpu_aside_take(struct uslab_cache *s, struct cpu_slab *c, unsigned *n)
 {
-	struct cpu_slab *aside = cpu_aside(s, c);
+	struct cpu_slab *aside = cpu_aside(s->id, c);
 	void *chain = aside ? aside->freelist : NULL;
 
 	*n = chain ? (unsigned)aside->fast_frees : 0;
@@ -564,7 +565,7 @@ void *cache_alloc_slow(struct uslab_cache *s)
  */
 static void cpu_freelist_cut(struct uslab_cache *s, struct cpu_slab *c, unsigned k)
 {
-	struct cpu_slab *aside = cpu_aside(s, c);
+	struct cpu_slab *aside = cpu_aside(s->id, c);
 	unsigned rest = c->supplied - k;
 	void *held, *last = NULL;
 

@@ -93,11 +93,10 @@ static void heap_flush_all(struct thread_heap *h, bool exiting)
 			continue;
 		for (unsigned i = 0; i < CPU_CHUNK; i++) {
 			unsigned id = k * CPU_CHUNK + i;
-			struct cpu_slab *c = &h->cpu[id];
+			struct cpu_slab *c = &h->cpu[id], *aside = cpu_aside(id, c);
 			/* a thread that only frees may hold cached objects and no
 			 * slab (and its frees put aside may outlive their slabs) */
-			void *obj = c->freelist ? c->freelist :
-				    id < STATIC_IDS ? h->k_aside[id].freelist : NULL;
+			void *obj = c->freelist ? c->freelist : aside ? aside->freelist : NULL;
 			struct slab *any = c->slab ? c->slab : c->partial ? c->partial :
 					   obj ? ptr_to_slab(obj) : NULL;
 

@@ -37,10 +37,10 @@ void cache_release(struct kref *ref);
 /* cpu.c */
 void cpu_slab_flush(struct uslab_cache *s, struct cpu_slab *c);
 void cpu_partial_put(struct uslab_cache *s, struct cpu_slab *c, struct slab *slab);
-/* The list beside c of the owner's frees put aside (cache_owner_frees_aside),
- * shaped as a cpu slab (freelist, fast_frees their count); NULL when they
- * are not. */
-struct cpu_slab *cpu_aside(const struct uslab_cache *s, struct cpu_slab *c);
+/* The list beside c, the cpu slab of cache id, of the owner's frees put
+ * aside (cache_owner_frees_aside), shaped as a cpu slab (freelist,
+ * fast_frees their count); NULL when they are not. */
+struct cpu_slab *cpu_aside(unsigned id, struct cpu_slab *c);
 /* s's slab holding obj, or a one-line abort naming call and what is wrong */
 struct slab *object_slab(struct uslab_cache *s, void *obj, const char *call);
 /*

@@ -79,7 +79,7 @@ long own_private_objects(struct uslab_cache *s)
 
 	if (!heap_has_chunk(h, s))
 		return 0;
-	struct cpu_slab *c = heap_cpu_slab(h, s), *aside = cpu_aside(s, c);
+	struct cpu_slab *c = heap_cpu_slab(h, s), *aside = cpu_aside(s->id, c);
 
 	for (void *p = c->freelist; p; p = fp_get(s, p))
 		n++;
@@ -333,7 +333,7 @@ static void cache_report(struct uslab_cache *s, struct cache_report *r)
 	r->stat[STAT_FREE_LOCAL] += w.own_local;
 	struct thread_heap *h = tls_heap;
 	if (heap_has_chunk(h, s)) {
-		struct cpu_slab *c = heap_cpu_slab(h, s), *aside = cpu_aside(s, c);
+		struct cpu_slab *c = heap_cpu_slab(h, s), *aside = cpu_aside(s->id, c);
 		long left = own_private_objects(s);
 		/* frees put aside: off the freelist, counted when it takes them */
 		long set_aside = aside ? (long)aside->fast_frees : 0;

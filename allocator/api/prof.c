@@ -1030,15 +1030,14 @@ static void *prof_realloc_copy(const void *p, size_t n, size_t have, const void 
 	return q;
 }
 
-/* realloc of p, a sampled block recorded apart: resized as any block is
- * (kmalloc_resize; moved by mremap perhaps), its record following it out
- * of the table meanwhile, so that a run moved and freed inside is not
- * taken for it; else moved to a new allocation (sampled or not, by the
- * count) and freed. */
-static void *prof_realloc_far(void *p, size_t n, const void *site)
+/* realloc of p, a sampled block recorded apart (have bytes usable at p):
+ * resized as any block is (kmalloc_resize; moved by mremap perhaps), its
+ * record following it out of the table meanwhile, so that a run moved and
+ * freed inside is not taken for it; else moved to a new allocation
+ * (sampled or not, by the count) and freed. */
+static void *prof_realloc_far(void *p, size_t n, size_t have, const void *site)
 {
 	struct link **where;
-	size_t have = kmalloc_usable_size(p, "realloc");
 	struct prof_block *b;
 
 	prof_lock_take();
@@ -1111,13 +1110,13 @@ static bool prof_grow_within(void *p, size_t n, size_t have)
 void *prof_realloc(void *p, size_t n, const void *site)
 {
 	bool far = !prof_front(p);
+	size_t have = far ? kmalloc_usable_size(p, "realloc") : prof_usable_size(p);
 
-	if (prof_grow_within(p, n, far ? kmalloc_usable_size(p, "realloc") : prof_usable_size(p)))
+	if (prof_grow_within(p, n, have))
 		return p;
 	if (far)
-		return prof_realloc_far(p, n, site);
+		return prof_realloc_far(p, n, have, site);
 
-	size_t have = prof_usable_size(p);
 	void *q = prof_resize(p, n);
 
 	if (q)

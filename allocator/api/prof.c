@@ -911,13 +911,15 @@ static bool prof_maybe(const void *p)
 	return t && READ_ONCE(t->heads[addr_hash((uintptr_t)p) & t->mask]);
 }
 
-/* Whether p is a sampled block (the caller owns p: it stays what it is). */
+/* Whether p is a sampled block (the caller owns p: it stays what it is).
+ * No small one starts an object of a slab (it is inside its own): such a
+ * pointer, most that realloc is given, is not looked up. */
 bool prof_owns(const void *p)
 {
 	struct link **where;
 
 	prof_found_user = NULL;
-	if (!prof_maybe(p))
+	if (kmalloc_small_size(p) || !prof_maybe(p))
 		return false;
 	prof_lock_take();
 	struct prof_block *b = block_find(p, &where);

@@ -265,6 +265,21 @@ void kfree_direct(void *p, const char *call)
 }
 
 /* Bytes the caller may use at p; 0 for NULL. Aborts on a foreign pointer. */
+/* The size of small block p when p is where an object of a slab starts;
+ * 0 otherwise (a large or huge block, the arena's, or no block). */
+size_t kmalloc_small_size(const void *p)
+{
+	struct slab *slab = ptr_to_slab(p);
+
+	if (slab && slab->kind == SLAB_KIND_SLAB) {
+		const struct uslab_cache *s = slab->cache;
+
+		if (object_offset_valid(s->obj_magic, s->obj_limit, (uintptr_t)p - slab->base))
+			return s->stride;
+	}
+	return 0;
+}
+
 size_t kmalloc_usable_size(const void *p, const char *call)
 {
 	size_t size;

@@ -170,6 +170,7 @@ size_t arena_cut_bytes(void);
 void *kmalloc_aligned(size_t align, size_t n);
 void *kmalloc_resize(void *p, size_t n, size_t have);
 size_t kmalloc_usable_size(const void *p, const char *call);
+size_t kmalloc_small_size(const void *p);
 bool kmalloc_trim(void);
 size_t kmalloc_huge_bytes(void);
 size_t kmalloc_huge_count(void);

@@ -259,6 +259,29 @@ static double prof_scale(uint64_t count, uint64_t bytes)
 	return 1 / prof_hit_chance((double)bytes / (double)count / (double)prof_mean);
 }
 
+static uint64_t addr_hash(uintptr_t a)
+{
+	uint64_t h = a;   /* murmur3's finaliser */
+
+	h ^= h >> 33;
+	h *= 0xff51afd7ed558ccdull;
+	h ^= h >> 33;
+	return h;
+}
+
+/* The threads' streams of random numbers start from prof_seed (the
+ * kernel's, drawn at start-up) and the count of streams begun before:
+ * distinct for every thread, with no system call per thread. */
+static uint64_t prof_seed;
+static atomic_long_t prof_streams;
+
+static noinline uint64_t prof_stream_new(void)
+{
+	uint64_t n = (uint64_t)atomic_long_fetch_add(1, &prof_streams);
+
+	return addr_hash(prof_seed + n * 0x9e3779b97f4a7c15ull) | 1;
+}
+
 /* The next interval: exponential with mean prof_mean, at least 1; 0 with
  * prof_mean 1, which samples every block. */
 static uint64_t prof_draw(void)
@@ -268,7 +291,7 @@ static uint64_t prof_draw(void)
 	if (prof_mean == 1)
 		return 0;
 	if (unlikely(!x))
-		x = os_random64() | 1;
+		x = prof_stream_new();
 
 	x ^= x << 13;
 	x ^= x >> 7;
@@ -278,16 +301,6 @@ static uint64_t prof_draw(void)
 	double d = -prof_ln(u) * (double)prof_mean;
 
 	return d < 0x1p62 ? (uint64_t)d + 1 : 1ull << 62;
-}
-
-static uint64_t addr_hash(uintptr_t a)
-{
-	uint64_t h = a;   /* murmur3's finaliser */
-
-	h ^= h >> 33;
-	h *= 0xff51afd7ed558ccdull;
-	h ^= h >> 33;
-	return h;
 }
 
 /* ---- the tables (prof_lock held) -------------------------------------------------- */
@@ -1331,6 +1344,7 @@ __attribute__((constructor)) static void prof_at_load(void)
 		return;
 	}
 	prof_mean = option(OPT_PROF_SAMPLE) > 0 ? (uint64_t)option(OPT_PROF_SAMPLE) : 1;
+	prof_seed = os_random64();
 	blocks = table_new(4096);
 	stacks = table_new(1024);
 	if (!blocks || !stacks)

@@ -32,6 +32,10 @@
  *              a thread that did not allocate them, and realloc'd; threads
  *              that exit with a class's freelist cut at its sample point:
  *              nothing lost (every cache validates), nothing left live
+ *   streams    threads that allocate the same blocks in turn are sampled
+ *              each by a stream of its own: their counts differ as
+ *              independent draws do (all alike if the threads shared a
+ *              seed)
  *   fork       a child forked while the profiler samples allocates, frees,
  *              validates and writes its own profile; so does the parent
  *   debug      USLAB_DEBUG=1 wins over USLAB_PROF=1, with a warning
@@ -577,6 +581,81 @@ static void case_threads(void)
 	}
 }
 
+/* ---- streams ---------------------------------------------------------------------------------------- */
+
+#define STREAM_THREADS 16
+#define STREAM_BLOCKS  4096
+
+/* depth more frames of its own above the allocations: each thread's stack
+ * is of another length */
+__attribute__((__noinline__)) static void stream_nest(int depth)
+{
+	if (depth > 0) {
+		stream_nest(depth - 1);
+		__asm__ volatile("" ::: "memory");   /* not a tail call: a frame per level */
+		return;
+	}
+	for (int i = 0; i < STREAM_BLOCKS; i++)
+		uslab_free(site_a(256));
+}
+
+static void *stream_thread(void *arg)
+{
+	stream_nest((int)(intptr_t)arg);
+	return NULL;
+}
+
+/* 16 threads, one after another, each 1 MiB in 256-byte blocks at one
+ * sample per 16 KiB: about 64 samples each, a spread of some 8. Threads
+ * drawing from one seed would all take the same samples; independent ones
+ * give 16 counts of which at least 4 differ, but with odds of about 1 in
+ * 10^9 against. */
+static void case_streams(void)
+{
+	static struct profile p;
+	double counts[STREAM_THREADS];
+	int depth_lo = 1 << 30, nsites = 0, distinct = 0;
+	char path[128];
+
+	for (int i = 0; i < STREAM_THREADS; i++) {
+		pthread_t t;
+
+		REQUIRE(pthread_create(&t, NULL, stream_thread, (void *)(intptr_t)i) == 0);
+		REQUIRE(pthread_join(t, NULL) == 0);
+	}
+	CHECK_EQ(uslab_prof_dump(path_in_dir("streams.heap", path, sizeof(path))), 0);
+	if (!read_profile(path, &p)) {
+		test_failures++;
+		return;
+	}
+	for (int i = 0; i < p.nstacks; i++)
+		if (stack_names(&p.stacks[i], "prof_site_a") && p.stacks[i].depth < depth_lo)
+			depth_lo = p.stacks[i].depth;
+	memset(counts, 0, sizeof(counts));
+	for (int i = 0; i < p.nstacks; i++) {
+		const struct stack *s = &p.stacks[i];
+		int k = s->depth - depth_lo;
+
+		if (!stack_names(s, "prof_site_a"))
+			continue;
+		REQUIRE(k >= 0 && k < STREAM_THREADS);
+		nsites += counts[k] == 0;
+		counts[k] += s->alloc_blocks;
+	}
+	CHECK_EQ(nsites, STREAM_THREADS);   /* every thread sampled, at its own depth */
+	for (int i = 0; i < STREAM_THREADS; i++) {
+		bool seen = false;
+
+		for (int j = 0; j < i; j++)
+			seen |= counts[j] == counts[i];
+		distinct += !seen;
+	}
+	if (distinct < 4) {
+		fprintf(stderr, "%d threads' samples: only %d distinct counts\n", STREAM_THREADS, distinct);
+		test_failures++;
+	}
+}
+
 /* ---- fork ------------------------------------------------------------------------------------------- */
 
 static void churn(int n)
@@ -645,6 +724,8 @@ static const struct prof_case cases[] = {
 				 "USLAB_PROF_FILE=@/exit.%p.heap" } },
 	{ "threads", case_threads, { "USLAB_PROF=1", "USLAB_PROF_SAMPLE=4k", "USLAB_PROF_TOP=0",
 				 "USLAB_PROF_FILE=@/exit.%p.heap" } },
+	{ "streams", case_streams, { "USLAB_PROF=1", "USLAB_PROF_SAMPLE=16k", "USLAB_PROF_TOP=0",
+				     "USLAB_PROF_FILE=@/exit.%p.heap" } },
 	{ "fork", case_fork, { "USLAB_PROF=1", "USLAB_PROF_SAMPLE=4k", "USLAB_PROF_TOP=0",
 				 "USLAB_PROF_FILE=@/exit.%p.heap" } },
 	{ "debug", case_debug, { "USLAB_PROF=1", "USLAB_DEBUG=1" } },

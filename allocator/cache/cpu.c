@@ -40,7 +40,10 @@ void cache_owner_frees_aside(bool on)
 /* local.h: thread_heap.k_aside's entry for c, the cpu slab of cache id,
  * while malloc's free puts a thread's frees of its own slabs' objects aside;
  * otherwise they go on c's freelist (and the cache API's never come this
- * way). */
+ * way). The list is empty while c holds no slab, active or cpu-partial:
+ * giving the active one up (cpu_slab_deactivate) takes the list, and a
+ * cpu-partial list drained without an active slab is one a flush empties
+ * after it - or the tests' (cache_drain_cpu_partial), which takes it first. */
 struct cpu_slab *cpu_aside(unsigned id, struct cpu_slab *c)
 {
 	if (likely(!READ_ONCE(owner_frees_aside)) || id >= STATIC_IDS)
@@ -313,11 +316,18 @@ void cpu_slab_flush(struct uslab_cache *s, struct cpu_slab *c)
 }
 
 /* Tests: give up the calling thread's cpu-partial slabs of s (dry ones go
- * FULL), leaving its active slab alone. */
+ * FULL), leaving its active slab alone. Without one, the frees put aside
+ * go first: they wait only beside a cpu slab that holds a slab (cpu_aside). */
 void cache_drain_cpu_partial(struct uslab_cache *s)
 {
-	if (heap_has_chunk(tls_heap, s))
-		cpu_partial_drain(s, heap_cpu_slab(tls_heap, s));
+	struct cpu_slab *c;
+
+	if (!heap_has_chunk(tls_heap, s))
+		return;
+	c = heap_cpu_slab(tls_heap, s);
+	if (!c->slab && cpu_aside(s->id, c))
+		cpu_slab_deactivate(s, c);
+	cpu_partial_drain(s, c);
 }
 
 /* A slab a remote free has just frozen for us joins our cpu-partial list. */

@@ -93,13 +93,15 @@ static void heap_flush_all(struct thread_heap *h, bool exiting)
 			continue;
 		for (unsigned i = 0; i < CPU_CHUNK; i++) {
 			unsigned id = k * CPU_CHUNK + i;
-			struct cpu_slab *c = &h->cpu[id], *aside = cpu_aside(id, c);
+			struct cpu_slab *c = &h->cpu[id];
 			/* a thread that only frees may hold cached objects and no
-			 * slab (and its frees put aside may outlive their slabs) */
-			void *obj = c->freelist ? c->freelist : aside ? aside->freelist : NULL;
+			 * slab; its frees put aside wait only beside a slab it
+			 * holds (cpu_aside), so their list is not read here: an
+			 * exiting thread that used few classes reads few lines */
 			struct slab *any = c->slab ? c->slab : c->partial ? c->partial :
-					   obj ? ptr_to_slab(obj) : NULL;
+					   c->freelist ? ptr_to_slab(c->freelist) : NULL;
 
+			ASSERT(any || !cpu_aside(id, c) || !cpu_aside(id, c)->freelist);
 			if (any)
 				cpu_slab_flush(any->cache, c);
 		}

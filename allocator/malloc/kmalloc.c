@@ -52,7 +52,7 @@ static void *large_alloc(unsigned units, bool *zeroed)
 	 * this block from committed memory rather than fresh pages. */
 	if (rc)
 		run_cache_flush(rc);
-	head = segment_alloc_units(units, SLAB_KIND_LARGE, zeroed);
+	head = segment_alloc_units(units, SLAB_KIND_LARGE, false, zeroed);
 	if (!head)
 		return NULL;
 	head->base = slab_start(head);

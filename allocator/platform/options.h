@@ -44,8 +44,10 @@
 	  "frozen slabs a thread may hold per cache (0 = 512 KiB of them, 2 to 32)")        \
 	X(HUGE_PAGES, "USLAB_HUGE_PAGES", BOOL, 1,                                           \
 	  "ask for transparent huge pages (madvise) inside huge blocks of 4 MiB and more, "  \
-	  "except calloc's: one page fault per 2 MiB written instead of 512; about 1 MiB "   \
-	  "at each end stays in 4 KiB pages (0 = 4 KiB pages throughout, as glibc)")        \
+	  "except calloc's, and under slabs of objects up to a page once 16 MiB of "          \
+	  "segments are mapped: one page fault per 2 MiB written instead of 512; about "      \
+	  "1 MiB at each end of a huge block stays in 4 KiB pages (0 = 4 KiB pages "         \
+	  "throughout, as glibc)")                                                            \
 	X(STARTUP_ARENA, "USLAB_STARTUP_ARENA", BOOL, 1,                                     \
 	  "serve a program's first blocks up to 64 KiB (until 256 KiB are cut or 16,384 handed "  \
 	  "out) packed in one static region, before any slab (fewer pages touched by "     \

@@ -77,19 +77,22 @@ size_t segment_committed_bytes(void)
  * A carved segment's units all count as dirty: they may hold pages and
  * data, so none is claimed as zeroed, and decay gives them back in time.
  */
-static struct segment *segment_map(void)
+static struct segment *segment_map(bool huge)
 {
 	struct segment *seg = (struct segment *)range_cache_take_aligned(SEG_SIZE, SEG_SIZE);
 	bool recycled = seg != NULL;
 
 	if (recycled) {
-		/* slabs are purged unit by unit: no huge pages under them */
+		/* its huge block asked for huge pages: a segment for slabs keeps them */
 		if (option(OPT_HUGE_PAGES))
-			os_hugepage(seg, SEG_SIZE, false);
+			os_hugepage(seg, SEG_SIZE, huge);
 		memset(seg, 0, sizeof(*seg));   /* the header; the units keep their pages */
 	} else if (!(seg = os_map_aligned(SEG_SIZE, SEG_SIZE))) {
 		return NULL;
+	} else if (huge) {
+		os_hugepage(seg, SEG_SIZE, true);
 	}
+	seg->huge = huge;
 	if ((uintptr_t)seg >> REG_ADDR_BITS) {   /* outside what the registry covers */
 		os_unmap(seg, SEG_SIZE);
 		errno = ENOMEM;
@@ -323,17 +326,45 @@ static struct slab *run_claim(struct segment *seg, unsigned first, unsigned n, u
 }
 
 /*
- * seg_lock held: the segment and first unit of a free run of n units, NULL
- * if none. Committed runs first (reusing them costs no page faults), else
- * the free run with the fewest clean units in any segment.
+ * Huge pages under segments (docs/malloc.md, "Huge pages"). Slabs of
+ * objects up to a page are written densely (an object is linked when its
+ * page is built, and reused), so a 2 MiB page under them costs little
+ * memory and saves 511 page faults and most TLB misses; a large block, or
+ * an object of several pages, is written as its program writes it, and
+ * calloc's fresh ones not at all, so under a huge page it would cost the
+ * whole 2 MiB at its first write. So segments come in two kinds: marked
+ * for huge pages, holding only runs that may lie under them (huge_ok), and
+ * unmarked, holding the others and, where they have room, those too. A
+ * process's first HUGE_SEGMENTS_AFTER segments are unmarked: a heap of a
+ * few MiB stays in 4 KiB pages, where the 2 MiB a huge page commits at its
+ * first write would be a share of it worth counting.
  */
-static struct segment *find_free_run(unsigned n, unsigned *first)
+static bool huge_segment_wanted(bool huge_ok)
+{
+	return huge_ok && option(OPT_HUGE_PAGES) &&
+	       atomic_long_read(&mapped_bytes) >= (long)(HUGE_SEGMENTS_AFTER * SEG_SIZE);
+}
+
+/* May seg hold a run? Any run where huge pages are not, only one that may
+ * lie under them where they are. */
+static bool segment_serves(const struct segment *seg, bool huge_ok)
+{
+	return huge_ok || !seg->huge;
+}
+
+/*
+ * seg_lock held: the segment and first unit of a free run of n units in a
+ * segment that may hold it (segment_serves), NULL if none. Committed runs
+ * first (reusing them costs no page faults), else the free run with the
+ * fewest clean units in any segment.
+ */
+static struct segment *find_free_run(unsigned n, bool huge_ok, unsigned *first)
 {
 	struct segment *seg, *best = NULL;
 	unsigned best_clean = n + 1;
 
 	for (seg = seg_list; seg; seg = seg->next) {
-		if (seg->dirty_units < n)
+		if (seg->dirty_units < n || !segment_serves(seg, huge_ok))
 			continue;
 		*first = find_run(seg->dirty_map, n);
 		if (*first < SEG_UNITS)
@@ -342,7 +373,7 @@ static struct segment *find_free_run(unsigned n, unsigned *first)
 	for (seg = seg_list; seg && best_clean > 1; seg = seg->next) {
 		unsigned clean, at;
 
-		if (seg->free_units < n)
+		if (seg->free_units < n || !segment_serves(seg, huge_ok))
 			continue;
 		at = find_window(seg, n, &clean);
 		if (at < SEG_UNITS && clean < best_clean) {
@@ -354,13 +385,13 @@ static struct segment *find_free_run(unsigned n, unsigned *first)
 	return best;
 }
 
-struct slab *segment_alloc_units(unsigned n, uint8_t kind, bool *zeroed)
+struct slab *segment_alloc_units(unsigned n, uint8_t kind, bool huge_ok, bool *zeroed)
 {
 	struct segment *seg, *fresh = NULL;
 	unsigned first = SEG_HDR_UNITS;
 
 	seg_lock_take();
-	while (!(seg = find_free_run(n, &first))) {
+	while (!(seg = find_free_run(n, huge_ok, &first))) {
 		if (fresh) {   /* mapped on the last round: it serves */
 			seg = fresh;
 			fresh = NULL;
@@ -370,7 +401,7 @@ struct slab *segment_alloc_units(unsigned n, uint8_t kind, bool *zeroed)
 		}
 		/* Map outside the lock; another thread may free units meanwhile. */
 		seg_unlock();
-		fresh = segment_map();
+		fresh = segment_map(huge_segment_wanted(huge_ok));
 		if (!fresh)
 			return NULL;
 		seg_lock_take();

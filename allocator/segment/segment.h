@@ -37,6 +37,8 @@
 #define SEG_UNITS      (SEG_SIZE / UNIT_SIZE) /* 256 */
 #define SEG_HDR_UNITS  3                      /* 256 x 128-byte descriptors + fields */
 #define SLAB_MAX_UNITS 128                    /* 2 MiB: enough for a 1 MiB object */
+#define HUGE_SEGMENTS_AFTER 4                 /* segments mapped before slabs get
+						 huge pages (segment.c, segment_map) */
 
 enum slab_kind {
 	SLAB_KIND_FREE = 0,      /* unit not in use */
@@ -101,6 +103,9 @@ struct segment {
 	unsigned free_units;
 	unsigned dirty_units;
 	uint64_t aged_ms;                    /* the segment's last decay tick */
+	bool huge;                           /* marked for huge pages: huge_ok runs
+						only (segment_map; set before it is
+						listed) */
 	uint64_t free_map[SEG_UNITS / 64];   /* bit set = unit free; under seg_lock */
 	uint64_t dirty_map[SEG_UNITS / 64];  /* free but still committed */
 	uint64_t aged_map[SEG_UNITS / 64];   /* dirty since before the last tick */
@@ -209,8 +214,10 @@ static inline uintptr_t slab_start(const struct slab *slab)
 
 /* A run of nunits units, its head descriptor marked kind (cache NULL);
  * NULL + ENOMEM. *zeroed (if not NULL) tells whether the run reads as zero
- * (no unit of it was freed since it was last given back to the OS). */
-struct slab *segment_alloc_units(unsigned nunits, uint8_t kind, bool *zeroed);
+ * (no unit of it was freed since it was last given back to the OS).
+ * huge_ok: its memory is written densely, so it may lie under huge pages
+ * (segment.c, huge_segment_wanted). */
+struct slab *segment_alloc_units(unsigned nunits, uint8_t kind, bool huge_ok, bool *zeroed);
 void segment_free_units(struct slab *head);
 /* Grow or shrink a run in place; false (unchanged) when it cannot grow. */
 bool segment_resize_units(struct slab *head, unsigned nunits);

@@ -100,7 +100,8 @@ struct slab *slab_new(struct uslab_cache *s)
 	struct slab *slab;
 
 	fp_key_setup();   /* before the first link is written */
-	slab = segment_alloc_units(s->units, SLAB_KIND_SLAB, &fresh);
+	/* objects up to a page are written densely: they may lie under huge pages */
+	slab = segment_alloc_units(s->units, SLAB_KIND_SLAB, s->stride <= os_page_size(), &fresh);
 
 	if (!slab)
 		return NULL;

@@ -16,9 +16,15 @@
  *   calloc      a calloc'ed huge block is not marked (and reads as zero);
  *               nor is one aligned above the page size
  *   off         USLAB_HUGE_PAGES=0: not marked
+ *   segments    slabs past the process's first HUGE_SEGMENTS_AFTER segments
+ *               go to segments marked MADV_HUGEPAGE; those first ones are
+ *               not marked, nor is any segment a large block or an object
+ *               of several pages is in; with
+ *               USLAB_HUGE_PAGES=0 new segments are not marked (segment.c,
+ *               segment_map)
  *
- * Segments carved from a cached huge range are checked in segment_decay_unit
- * (marked MADV_NOHUGEPAGE).
+ * A segment for large blocks carved from a cached huge range is checked in
+ * segment_decay_unit (marked MADV_NOHUGEPAGE).
  */
 #define _GNU_SOURCE
 #include "test.h"
@@ -148,6 +154,94 @@ static void test_calloc_aligned_off(void)
 	options_parse_entry("USLAB_HUGE_PAGES=1");
 }
 
+/* Segments seen so far, and whether each was marked. */
+static uintptr_t seen[64];
+static int seen_hg[64];
+static unsigned nseen;
+
+/* p's segment's mark (-1: the segment is new and not looked at: full;
+ * 0 for a block of the start-up arena, which is in no segment). */
+static int segment_mark(const void *p, bool *fresh)
+{
+	uintptr_t seg = (uintptr_t)ptr_segment(p);
+	struct test_vma v;
+
+	*fresh = false;
+	if (!segment_is_registered(seg))
+		return 0;
+	for (unsigned i = 0; i < nseen; i++)
+		if (seen[i] == seg)
+			return seen_hg[i];
+	if (nseen == 64)
+		return -1;
+	REQUIRE(test_vma_of((void *)seg, &v));
+	*fresh = true;
+	seen[nseen] = seg;
+	seen_hg[nseen] = v.hg;
+	return seen_hg[nseen++];
+}
+
+/* Runs first: the process's first segments are those its first slabs are in
+ * (no block has been freed yet, so no segment is carved from a freed one). */
+static void test_segments(void)
+{
+	enum { SMALL = 100000, LARGE = 48 };
+	static void *small[2 * SMALL];
+	void *large[LARGE];
+	bool marks = thp != TEST_THP_NONE, fresh;
+	unsigned early_marked = 0, later = 0, later_marked = 0;
+	unsigned unmarked_new = 0, marked_new = 0;
+	void *p = uslab_malloc(48);
+
+	REQUIRE(p != NULL);
+	CHECK_EQ(segment_mark(p, &fresh), 0);   /* the first, or the start-up arena */
+	for (unsigned i = 0; i < SMALL; i++) {   /* 24 MiB of slabs */
+		small[i] = uslab_malloc(256);
+		REQUIRE(small[i] != NULL);
+		memset(small[i], 1, 256);
+		int hg = segment_mark(small[i], &fresh);
+		if (fresh && nseen <= HUGE_SEGMENTS_AFTER) {
+			early_marked += hg == 1;
+		} else if (fresh) {
+			later++;
+			later_marked += hg == 1;
+		}
+	}
+	CHECK_EQ(early_marked, 0);
+	CHECK(later >= 1);
+	if (marks && later_marked != later) {
+		fprintf(stderr, "%u of the %u segments past the first %d marked for huge pages\n",
+			later_marked, later, HUGE_SEGMENTS_AFTER);
+		test_failures++;
+	}
+	/* large blocks and objects of several pages: never under huge pages */
+	for (unsigned i = 0; i < LARGE; i++) {
+		size_t n = i % 2 ? 100 << 10 : 12000;
+
+		large[i] = uslab_malloc(n);
+		REQUIRE(large[i] != NULL);
+		memset(large[i], 2, n);
+		CHECK_EQ(segment_mark(large[i], &fresh), 0);
+	}
+	options_parse_entry("USLAB_HUGE_PAGES=0");
+	for (unsigned i = SMALL; i < 2 * SMALL; i++) {   /* new segments: not marked */
+		small[i] = uslab_malloc(256);
+		REQUIRE(small[i] != NULL);
+		int hg = segment_mark(small[i], &fresh);
+		unmarked_new += fresh && hg == 0;
+		marked_new += fresh && hg == 1;
+	}
+	options_parse_entry("USLAB_HUGE_PAGES=1");
+	CHECK(unmarked_new >= 1);
+	CHECK_EQ(marked_new, 0);
+	for (unsigned i = 0; i < 2 * SMALL; i++)
+		uslab_free(small[i]);
+	for (unsigned i = 0; i < LARGE; i++)
+		uslab_free(large[i]);
+	uslab_free(p);
+	uslab_trim();
+}
+
 int main(void)
 {
 	options_init();
@@ -159,6 +253,7 @@ int main(void)
 	else if (thp == TEST_THP_NEVER)
 		test_skip("transparent huge pages are 'never' in this kernel: a marked block's "
 			  "eligibility is not checked");
+	test_segments();
 	test_flagged_and_ends();
 	test_touched_and_realloc();
 	test_calloc_aligned_off();

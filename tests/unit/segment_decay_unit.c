@@ -36,7 +36,7 @@ enum { USED, DIRTY, CLEAN };
 
 static struct slab *unit_new(void)
 {
-	struct slab *u = segment_alloc_units(1, SLAB_KIND_LARGE, NULL);
+	struct slab *u = segment_alloc_units(1, SLAB_KIND_LARGE, false, NULL);
 
 	if (u)
 		memset((void *)slab_start(u), 0x5a, UNIT_SIZE);   /* commit every page */
@@ -147,13 +147,13 @@ static void test_placement(void)
 	for (int i = 6; i <= 9; i++)
 		segment_free_units(u[i]);
 	/* four units: the dirty run 6..9, not the first fit 1..4 */
-	struct slab *r = segment_alloc_units(4, SLAB_KIND_LARGE, NULL);
+	struct slab *r = segment_alloc_units(4, SLAB_KIND_LARGE, false, NULL);
 	CHECK(r != NULL && slab_start(r) == slab_start(u[6]));
 	if (r)
 		segment_free_units(r);
 	/* five: no dirty run that long; 5..9 and 6..10 have one clean unit
 	 * each (the first wins), 1..5 five */
-	r = segment_alloc_units(5, SLAB_KIND_LARGE, NULL);
+	r = segment_alloc_units(5, SLAB_KIND_LARGE, false, NULL);
 	CHECK(r != NULL && slab_start(r) == slab_start(u[5]));
 	if (r)
 		segment_free_units(r);
@@ -176,7 +176,7 @@ static void test_carve(void)
 	unsigned nr = 0, found = 0;
 	while (nr < MAX_RUNS && !found) {
 		bool zeroed = true;
-		struct slab *r = segment_alloc_units(SEG_UNITS / 4, SLAB_KIND_LARGE, &zeroed);
+		struct slab *r = segment_alloc_units(SEG_UNITS / 4, SLAB_KIND_LARGE, false, &zeroed);
 
 		CHECK(r != NULL);
 		if (!r)

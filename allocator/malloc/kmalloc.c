@@ -264,7 +264,6 @@ void kfree_direct(void *p, const char *call)
 	slab_free_slow(s, slab, p);
 }
 
-/* Bytes the caller may use at p; 0 for NULL. Aborts on a foreign pointer. */
 /* The size of small block p when p is where an object of a slab starts;
  * 0 otherwise (a large or huge block, the arena's, or no block). */
 size_t kmalloc_small_size(const void *p)
@@ -280,6 +279,7 @@ size_t kmalloc_small_size(const void *p)
 	return 0;
 }
 
+/* Bytes the caller may use at p; 0 for NULL. Aborts on a foreign pointer. */
 size_t kmalloc_usable_size(const void *p, const char *call)
 {
 	size_t size;

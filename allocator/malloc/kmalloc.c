@@ -264,19 +264,25 @@ void kfree_direct(void *p, const char *call)
 	slab_free_slow(s, slab, p);
 }
 
+/* The stride of slab's objects if one starts at p, else 0 (slab: the run
+ * holding p, of any kind). */
+static size_t slab_object_size(const struct slab *slab, const void *p)
+{
+	const struct uslab_cache *s = slab->cache;
+
+	if (slab->kind == SLAB_KIND_SLAB &&
+	    object_offset_valid(s->obj_magic, s->obj_limit, (uintptr_t)p - slab->base))
+		return s->stride;
+	return 0;
+}
+
 /* The size of small block p when p is where an object of a slab starts;
  * 0 otherwise (a large or huge block, the arena's, or no block). */
 size_t kmalloc_small_size(const void *p)
 {
 	struct slab *slab = ptr_to_slab(p);
 
-	if (slab && slab->kind == SLAB_KIND_SLAB) {
-		const struct uslab_cache *s = slab->cache;
-
-		if (object_offset_valid(s->obj_magic, s->obj_limit, (uintptr_t)p - slab->base))
-			return s->stride;
-	}
-	return 0;
+	return slab ? slab_object_size(slab, p) : 0;
 }
 
 /* Bytes the caller may use at p; 0 for NULL. Aborts on a foreign pointer. */
@@ -291,9 +297,9 @@ size_t kmalloc_usable_size(const void *p, const char *call)
 		return arena_usable_size(p, call);
 	if (slab) {
 		uintptr_t off = (uintptr_t)p - slab->base;
-		const struct uslab_cache *s = slab->cache;
-		if (slab->kind == SLAB_KIND_SLAB && object_offset_valid(s->obj_magic, s->obj_limit, off))
-			return s->stride;
+		size_t small = slab_object_size(slab, p);
+		if (small)
+			return small;
 		if (slab->kind == SLAB_KIND_LARGE && off == 0)
 			return (size_t)slab->nunits << UNIT_SHIFT;
 		if (slab->kind == SLAB_KIND_TAIL && off == 0)   /* a freed run, kept */

@@ -334,6 +334,8 @@ static uint32_t cache_geometry(struct uslab_cache *s, size_t size, size_t align,
 	 * what it allocated (docs/ownership.md) */
 	s->cpu_partial = option(OPT_CPU_PARTIAL) > 0 ? (unsigned)option(OPT_CPU_PARTIAL) :
 			 cpu_partial_slabs(s, CPU_PARTIAL_BYTES);
+	if (s->cpu_partial > CPU_PARTIAL_MAX)
+		s->cpu_partial = CPU_PARTIAL_MAX;
 	return objects;
 }
 

@@ -25,8 +25,9 @@
  * more (cpu.c, slab_build_more) */
 #define REUSE_REFILLS_MAX 64
 /* slabs a thread may keep frozen per cache besides its active one, in bytes
- * (api.c; USLAB_CPU_PARTIAL sets a count instead) */
+ * (api.c; USLAB_CPU_PARTIAL sets a count instead, at most CPU_PARTIAL_MAX) */
 #define CPU_PARTIAL_BYTES (512ul << 10)
+#define CPU_PARTIAL_MAX   4096
 
 /* How many of s's slabs make `bytes`, 2 to 32 of them (a cpu-partial bound). */
 static inline unsigned cpu_partial_slabs(const struct uslab_cache *s, size_t bytes)
@@ -47,13 +48,16 @@ struct cpu_slab {
 					  to STRIDE_EXACT_MAX; 0 without an active slab
 					  or with bigger objects (cpu_slab_holds) */
 	struct slab *slab;             /* active (frozen) slab */
-	struct slab *partial;          /* frozen slabs held back, linked by ->next */
-	unsigned nr_partial;
+	struct slab *partial;          /* the cpu-partial list: frozen slabs held back
+					  (cpu.c, "The cpu-partial list") */
+	uint16_t nr_partial;           /* its length, at most the cache's cpu_partial */
+	uint16_t foreign_left;         /* malloc: other slabs' objects it may still take
+					  before a flush (0 in empty_heap: always slow) */
 	/* statistics, owner-only, folded into the cache's at each refill: */
 	uint32_t supplied;             /* objects the slow path put on freelist */
 	uint64_t fast_frees;           /* frees pushed on freelist (cache API, foreign) */
-	uint32_t foreign_left;         /* malloc: other slabs' objects it may still take
-					  before a flush (0 in empty_heap: always slow) */
+	uint32_t parked;               /* objects on the cpu-partial slabs' owner-local
+					  lists (owner-only) */
 	uint32_t xcached;              /* its cached objects as its slow paths last
 					  counted them: cpu_cached_set/_add/_read */
 };

@@ -11,7 +11,7 @@
  *                                  -> refill_slab -> cpu-partial, partial_take, slab_new
  * and of a free outside the active slab:
  *   cache_free_slow / slab_free_slow -> free_local_or_remote
- *       -> slab_local_push (this thread owns it) | free_by_message (another does)
+ *       -> cpu_local_push (this thread owns it) | free_by_message (another does)
  *       | slab_free_cached (nobody does: foreign, flush_foreign later)
  */
 #define _GNU_SOURCE
@@ -146,13 +146,84 @@ static void cpu_cached_publish(const struct uslab_cache *s, struct cpu_slab *c,
 			       uint64_t on_freelist)
 {
 	struct cpu_slab *aside = cpu_aside(s->id, c);
-	uint64_t n = on_freelist + (aside ? aside->fast_frees : 0);
+	uint64_t n = on_freelist + (aside ? aside->fast_frees : 0) + c->parked;
 
 	if (c->slab)
 		n += c->slab->local_count;
-	for (struct slab *p = c->partial; p; p = p->next)
-		n += p->local_count;
 	cpu_cached_set(c, n);
+}
+
+/*
+ * The cpu-partial list: the slabs a thread holds frozen besides its active
+ * one, at most s->cpu_partial of them - slabs a free froze for it (their
+ * words hold objects) and its own active slabs that ran dry. Owner only.
+ * Linked through next (NULL-terminated) and prev (the head's prev is the
+ * tail), so both ends are reached at once. Slabs with objects to give are
+ * kept in front of dry ones: a slab a free froze joins at the head, a dry
+ * one at the tail, and a listed slab whose owner-local list gets its first
+ * object (cpu_local_push: the owner's frees parked by flush_foreign, a
+ * message's, the cache API's owner-local free) moves to the head. A refill
+ * then looks at the head, not at every slab (refill_slab), and puts a dry
+ * slab it finds there at the tail, so that one whose word got objects by
+ * dwcas is seen in its turn. c->parked counts the listed slabs'
+ * owner-local objects.
+ */
+static void partial_link(struct cpu_slab *c, struct slab *slab, bool at_head)
+{
+	struct slab *head = c->partial;
+
+	c->nr_partial++;
+	c->parked += (uint32_t)slab->local_count;
+	if (!head) {
+		slab->next = NULL;
+		slab->prev = slab;
+		c->partial = slab;
+	} else if (at_head) {
+		slab->next = head;
+		slab->prev = head->prev;
+		head->prev = slab;
+		c->partial = slab;
+	} else {
+		slab->next = NULL;
+		slab->prev = head->prev;
+		head->prev->next = slab;
+		head->prev = slab;
+	}
+}
+
+static void partial_unlink(struct cpu_slab *c, struct slab *slab)
+{
+	struct slab *head = c->partial;
+
+	if (slab == head)
+		c->partial = slab->next;
+	else
+		slab->prev->next = slab->next;
+	if (slab->next)
+		slab->next->prev = slab->prev;
+	else if (slab != head)
+		head->prev = slab->prev;   /* it was the tail */
+	slab->next = slab->prev = NULL;
+	c->nr_partial--;
+	c->parked -= (uint32_t)slab->local_count;
+}
+
+/* Owner only: the chain head..tail, n objects (the caller has checked that
+ * they are free and not free already), onto the owner-local list of slab,
+ * which c holds frozen (see above). */
+void cpu_local_push(struct uslab_cache *s, struct cpu_slab *c, struct slab *slab, void *head,
+		    void *tail, unsigned n)
+{
+	fp_set(s, tail, slab->local_free);
+	slab->local_free = head;
+	if (slab != c->slab) {
+		if (!slab->local_count && slab != c->partial) {
+			partial_unlink(c, slab);
+			partial_link(c, slab, true);
+		}
+		c->parked += n;
+	}
+	slab->local_count += n;
 }
 
 /* Take c's list of the owner's frees put aside (cpu_aside) off it: its
@@ -233,7 +304,7 @@ static unsigned flush_foreign(struct uslab_cache *s, struct cpu_slab *c, void *m
 
 		cut = true;
 		if (own) {   /* onto its own list, for a refill to take whole */
-			slab_local_push(slab, p, s->fp_offset);
+			cpu_local_push(s, c, slab, p, p, 1);
 			local++;
 			continue;
 		}
@@ -292,16 +363,16 @@ static void cpu_slab_deactivate(struct uslab_cache *s, struct cpu_slab *c)
 static void cpu_partial_drain(struct uslab_cache *s, struct cpu_slab *c)
 {
 	struct slab *slab = c->partial, *next;
-	long gone = 0;
+	long gone = c->parked;
 
 	c->partial = NULL;
 	c->nr_partial = 0;
+	c->parked = 0;
 	if (slab)
 		stat_add(s, STAT_CPU_PARTIAL_DRAIN, 1);
 	for (; slab; slab = next) {
 		next = slab->next;
-		slab->next = NULL;
-		gone += (long)slab->local_count;
+		slab->next = slab->prev = NULL;
 		slab_release(s, slab, NULL, NULL, 0);
 	}
 	if (gone)
@@ -337,29 +408,21 @@ void cpu_partial_put(struct uslab_cache *s, struct cpu_slab *c, struct slab *sla
 	if (c->nr_partial >= s->cpu_partial)
 		cpu_partial_drain(s, c);
 	slab_set_owner(s, slab, c);
-	slab->next = c->partial;
-	c->partial = slab;
-	c->nr_partial++;
+	partial_link(c, slab, true);
 	stat_add(s, STAT_CPU_PARTIAL_PUT, 1);
 }
 
 /*
  * The active slab ran dry: keep it frozen, at the tail of the cpu-partial
  * list, rather than let it go FULL. This thread's frees into it then stay
- * owner-local (no dwcas to re-freeze it), and by the time the refill loop
- * reaches it again they have had a chance to come back.
+ * owner-local (no dwcas to re-freeze it), and the first one parked on its
+ * list brings it to the head, where the next refill looks.
  */
 static void cpu_partial_put_tail(struct uslab_cache *s, struct cpu_slab *c, struct slab *slab)
 {
-	struct slab **pp;
-
 	if (c->nr_partial >= s->cpu_partial)
 		cpu_partial_drain(s, c);
-	for (pp = &c->partial; *pp; pp = &(*pp)->next)
-		;
-	slab->next = NULL;
-	*pp = slab;
-	c->nr_partial++;
+	partial_link(c, slab, false);
 }
 
 /* Owner only: the objects a frozen slab can give now (local list first),
@@ -432,25 +495,25 @@ static void *refill_from_active(struct uslab_cache *s, struct slab *slab, unsign
 }
 
 /*
- * A slab to make active, frozen for this thread, and its objects: the first
- * cpu-partial slab with something to give (dry ones, kept after running
- * out, stay until frees come back or the list drains), else a slab off the
- * cache's partial list, else a new one. NULL with errno = ENOMEM.
+ * A slab to make active, frozen for this thread, and its objects: the
+ * cpu-partial list's head if it has something to give (the slabs that do
+ * come first; a dry head goes to the tail, to be looked at again in its
+ * turn), else a slab off the cache's partial list, else a new one. NULL
+ * with errno = ENOMEM.
  */
 static struct slab *refill_slab(struct uslab_cache *s, struct cpu_slab *c, void **freelist,
 				unsigned *count)
 {
-	struct slab *slab;
+	struct slab *slab = c->partial;
 
-	for (struct slab **pp = &c->partial; (slab = *pp); pp = &slab->next) {
+	if (slab) {
+		partial_unlink(c, slab);
 		*freelist = slab_take_private(s, slab, count);
 		if (*freelist) {
-			*pp = slab->next;
-			slab->next = NULL;
-			c->nr_partial--;
 			stat_add(s, STAT_REFILL_CPU_PARTIAL, 1);
 			return slab;
 		}
+		partial_link(c, slab, false);
 	}
 	slab = partial_take(s, freelist, count);
 	if (slab) {
@@ -661,10 +724,12 @@ free_local_or_remote(struct uslab_cache *s, struct slab *slab, void *obj)
 	uintptr_t owner = READ_ONCE(slab->owner_tp);
 
 	if (owner == thread_self()) {
+		struct cpu_slab *c = this_cpu_slab(s);
+
 		if (unlikely(obj == slab->local_free))
 			uslab_fatal(cache_free_call(s), obj, "double free");
-		slab_local_push(slab, obj, s->fp_offset);
-		cpu_cached_add(this_cpu_slab(s), 1);
+		cpu_local_push(s, c, slab, obj, obj, 1);
+		cpu_cached_add(c, 1);
 		return;
 	}
 	if (unlikely(s->flags & USLAB_REMOTE_IMMEDIATE)) {

@@ -37,6 +37,9 @@ void cache_release(struct kref *ref);
 /* cpu.c */
 void cpu_slab_flush(struct uslab_cache *s, struct cpu_slab *c);
 void cpu_partial_put(struct uslab_cache *s, struct cpu_slab *c, struct slab *slab);
+/* the owner's objects onto a slab it holds (cpu.c, "The cpu-partial list") */
+void cpu_local_push(struct uslab_cache *s, struct cpu_slab *c, struct slab *slab, void *head,
+		    void *tail, unsigned n);
 /* The list beside c, the cpu slab of cache id, of the owner's frees put
  * aside (cache_owner_frees_aside), shaped as a cpu slab (freelist,
  * fast_frees their count); NULL when they are not. */

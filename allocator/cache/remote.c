@@ -81,9 +81,7 @@ static void msg_free_objects(struct uslab_cache *s, struct remote_msg *m, struct
 
 			if (unlikely(top && (top == head || top == tail)))
 				uslab_fatal(cache_free_call(s), top, "double free");
-			fp_set(s, tail, top);
-			slab->local_free = head;
-			slab->local_count += j - i;
+			cpu_local_push(s, c, slab, head, tail, j - i);
 			local += j - i;
 			continue;
 		}

@@ -224,6 +224,27 @@ static void validate_slab(struct slab *slab, void *arg)
 	validate_lists(v, slab, inuse, objects, frozen);
 }
 
+/* A cpu-partial list's links and counts (cpu.c, "The cpu-partial list"). */
+static void validate_cpu_partial(struct validate *v, const struct cpu_slab *c)
+{
+	const struct slab *p = c->partial, *last = NULL;
+	unsigned n = 0;
+	uint64_t parked = 0;
+
+	for (; p && n <= c->nr_partial; last = p, p = p->next, n++) {
+		parked += p->local_count;
+		if (last && p->prev != last)
+			VPROBLEM(v, p, "cpu-partial list: prev does not name the slab before it");
+	}
+	if (n != c->nr_partial || (c->partial && c->partial->prev != last) || parked != c->parked) {
+		fprintf(stderr, "uslab: validate %s: a cpu-partial list of %u slabs (nr_partial %u), "
+			"%lu objects on their local lists (parked %u), head's prev %s its tail\n",
+			v->s->name, n, c->nr_partial, (unsigned long)parked, c->parked,
+			c->partial && c->partial->prev != last ? "is not" : "is");
+		v->problems++;
+	}
+}
+
 USLAB_API long uslab_cache_validate(struct uslab_cache *s)
 {
 	struct validate v = { .s = s };
@@ -250,6 +271,9 @@ USLAB_API long uslab_cache_validate(struct uslab_cache *s)
 			s->name, listed, s->nr_partial);
 		v.problems++;
 	}
+	for (struct thread_heap *h = heaps; h; h = h->next)
+		if (heap_has_chunk(h, s))
+			validate_cpu_partial(&v, heap_cpu_slab(h, s));
 	segment_for_each_slab(validate_slab, &v);
 	if (v.on_list != listed) {
 		fprintf(stderr, "uslab: validate %s: %zu slabs marked on_partial, %zu listed\n",

@@ -41,7 +41,7 @@
 	X(RESERVE_SEGMENTS, "USLAB_RESERVE_SEGMENTS", INT, 1,                                \
 	  "wholly empty 4 MiB segments kept mapped for reuse")                               \
 	X(CPU_PARTIAL, "USLAB_CPU_PARTIAL", INT, 0,                                          \
-	  "frozen slabs a thread may hold per cache (0 = 512 KiB of them, 2 to 32)")        \
+	  "frozen slabs a thread may hold per cache (0 = 512 KiB of them, 2 to 32; at most 4096)") \
 	X(HUGE_PAGES, "USLAB_HUGE_PAGES", BOOL, 1,                                           \
 	  "ask for transparent huge pages (madvise) inside huge blocks of 4 MiB and more, "  \
 	  "except calloc's, and under slabs of objects up to a page once 16 MiB of "          \

@@ -279,15 +279,6 @@ static inline void slab_clear_owner(struct slab *slab)
 	WRITE_ONCE(slab->owner_cpu, NULL);
 }
 
-/* The owner's free into its frozen slab: no atomic. The caller has checked
- * that obj belongs there and is not free already. */
-static inline void slab_local_push(struct slab *slab, void *obj, uint32_t fp_offset)
-{
-	uslab_fp_store_((char *)obj + fp_offset, slab->local_free, fp_key_get());
-	slab->local_free = obj;
-	slab->local_count++;
-}
-
 /* ---- slab life and the word (slab.c) ----------------------------------------------- */
 
 struct slab *slab_new(struct uslab_cache *s);         /* frozen, nothing built */

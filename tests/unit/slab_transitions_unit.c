@@ -304,6 +304,7 @@ static struct uslab_cache *new_cache(const char *name)
 	REQUIRE(c != NULL);
 	REQUIRE(c->objects == PER && os_page_size() == PAGE_OBJS * OBJ_SIZE);
 	REQUIRE(c->cpu_partial >= 2 && c->min_partial >= 2 && c->min_partial <= 15);
+	c->cpu_partial = 8;   /* the overflow steps below fill the list: keep it short */
 	return c;
 }
 
@@ -928,14 +929,16 @@ static void test_dry_active_stays_frozen(void)
 	objs[3] = y;
 	CHECK_EQ(uslab_cache_validate(c), 0);
 
-	/* A dry again: list [B, A], nothing to give, so a new slab C; then a
-	 * local free into A, and C dry: the refill skips B (dry) and takes A */
+	/* A dry again: the refill looks at the head, B, which is dry (and goes
+	 * to the tail), so a new slab C; then a local free into A brings A to
+	 * the head, and when C runs dry the refill takes A */
 	objs[n++] = uslab_cache_alloc(c);
 	struct slab *cc = ptr_to_slab(objs[n - 1]);
 	CHECK(cc != a && cc != b && cs->slab == cc);
-	CHECK(cs->partial == b && b->next == a && cs->nr_partial == 2);
+	CHECK(cs->partial == a && a->next == b && b->next == NULL && cs->nr_partial == 2);
+	CHECK(cs->partial->prev == b && b->prev == a);
 	uslab_cache_free(c, objs[9]);
-	CHECK(a->local_free == objs[9]);
+	CHECK(a->local_free == objs[9] && cs->partial == a && cs->parked == 1);
 	for (unsigned i = 1; i < PER; i++)
 		objs[n++] = uslab_cache_alloc(c);
 	void *z = uslab_cache_alloc(c);
@@ -1042,6 +1045,46 @@ static void test_dry_slab_remote_frees(void)
 }
 
 /*
+ * The cpu-partial list keeps the slabs with objects to give in front: an
+ * owner-local free into a listed slab that had none moves it to the head
+ * (wherever it was), and a refill takes the head. The list's back links
+ * and its count of parked objects follow (validate checks both).
+ */
+static void test_cpu_partial_order(void)
+{
+	struct uslab_cache *c = new_cache("t-cpu-partial-order");
+	static void *objs[4 * PER + 1];
+	struct slab *sl[4];
+
+	for (unsigned i = 0; i < 3 * PER + 1; i++)
+		objs[i] = uslab_cache_alloc(c);       /* 0, 1, 2 dry, 3 active */
+	struct cpu_slab *cs = this_cpu_slab(c);
+	for (unsigned s = 0; s < 4; s++)
+		sl[s] = ptr_to_slab(objs[s * PER]);
+	CHECK(cs->slab == sl[3] && cs->nr_partial == 3 && cs->parked == 0);
+	uslab_cache_free(c, objs[2 * PER + 4]);       /* 2 to the head */
+	uslab_cache_free(c, objs[4]);                 /* 0 to the head */
+	uslab_cache_free(c, objs[PER + 4]);           /* 1 to the head */
+	uslab_cache_free(c, objs[5]);                 /* 0 has one: stays */
+	CHECK(cs->partial == sl[1] && sl[1]->next == sl[0] && sl[0]->next == sl[2]);
+	CHECK(sl[2]->next == NULL && cs->partial->prev == sl[2]);
+	CHECK(sl[2]->prev == sl[0] && sl[0]->prev == sl[1]);
+	CHECK_EQ(cs->parked, 4);
+	CHECK_EQ(uslab_cache_validate(c), 0);
+	for (unsigned i = 3 * PER + 1; i < 4 * PER; i++)
+		objs[i] = uslab_cache_alloc(c);       /* 3 dry: to the tail */
+	void *x = uslab_cache_alloc(c);               /* the head's free */
+	CHECK(x == objs[PER + 4] && cs->slab == sl[1]);
+	objs[PER + 4] = x;
+	CHECK(cs->partial == sl[0] && sl[0]->next == sl[2] && sl[2]->next == sl[3]);
+	CHECK(cs->partial->prev == sl[3] && cs->nr_partial == 3);
+	CHECK_EQ(cs->parked, 3);
+	CHECK_EQ(uslab_cache_validate(c), 0);
+	objs[4] = objs[5] = objs[2 * PER + 4] = NULL;
+	finish(c, objs, 4 * PER);
+}
+
+/*
  * uslab_thread_flush of a thread with dry slabs on its cpu-partial list: a
  * dry slab with nothing free goes FULL (#5), one with owner-local or remote
  * frees goes PARTIAL (#4).
@@ -1058,7 +1101,7 @@ static void test_flush_dry_cpu_partial(void)
 	struct slab *a = ptr_to_slab(objs[0]), *b = ptr_to_slab(objs[PER]);
 	struct slab *cc = ptr_to_slab(objs[2 * PER]), *d = ptr_to_slab(objs[3 * PER]);
 	CHECK(cs->slab == d && cs->nr_partial == 3);
-	CHECK(cs->partial == a && a->next == b && b->next == cc && cc->next == NULL);
+	CHECK(on_cpu_partial(cs, a) && on_cpu_partial(cs, b) && on_cpu_partial(cs, cc));
 
 	uslab_cache_free(c, objs[5]);                 /* A: owner-local */
 	other_do(job_free, c, &objs[PER + 5], 1);     /* B: remote, shared */
@@ -1112,9 +1155,8 @@ static void test_dry_overflow_drains(void)
 		sl[s] = ptr_to_slab(objs[s * PER]);
 	CHECK(cs->slab == sl[cp] && cs->freelist == NULL);
 	CHECK_EQ(cs->nr_partial, cp);
-	CHECK(cs->partial == sl[0]);
 	for (unsigned s = 0; s < cp; s++) {
-		CHECK(sl[s]->next == (s + 1 < cp ? sl[s + 1] : NULL));
+		CHECK(on_cpu_partial(cs, sl[s]));
 		CHECK(word_of(objs[s * PER]).frozen && sl[s]->owner == tls_heap);
 	}
 	uslab_cache_free(c, objs[5]);                 /* slab 0: owner-local */
@@ -1472,6 +1514,7 @@ int main(void)
 	test_cpu_partial_overflow();
 	test_dry_active_stays_frozen();
 	test_dry_slab_remote_frees();
+	test_cpu_partial_order();
 	test_flush_dry_cpu_partial();
 	test_dry_overflow_drains();
 	test_exit_dry_full();

@@ -495,6 +495,59 @@ static void *refill_from_active(struct uslab_cache *s, struct slab *slab, unsign
 }
 
 /*
+ * A chain of count free objects of slab, just taken for the cpu freelist,
+ * relinked in address order when it holds at least half of the slab's
+ * objects: the slab then hands them out as it would new ones, not in the
+ * order they were freed, and a structure freed in random order and built
+ * again lies - and is walked - in memory order (jemalloc's slabs, which
+ * allocate the lowest free region, do so always). The walk reads each
+ * object's link and the relink writes it: lines the allocations that
+ * follow touch anyway. A chain that is not count distinct objects of the
+ * slab (a free object written to) is left as it is, for the pops' checks.
+ * Not for a debug cache, whose free objects carry checks of their own.
+ */
+#define ORDER_MAX_OBJECTS 1024
+static void *chain_in_order(struct uslab_cache *s, struct slab *slab, void *chain, unsigned count)
+{
+	uint64_t map[ORDER_MAX_OBJECTS / 64] = { 0 };
+	unsigned n = 0;
+
+	if (count < s->objects / 2 || count < 16 || s->objects > ORDER_MAX_OBJECTS ||
+	    (s->flags & CACHE_DEBUG))
+		return chain;
+	for (void *p = chain; p && n <= count; p = fp_get(s, p), n++) {
+		uintptr_t off = (uintptr_t)p - slab->base;
+
+		if (!object_offset_valid(s->obj_magic, s->obj_limit, off))
+			return chain;
+		unsigned k = object_index(s, off);
+
+		if (map[k / 64] >> (k % 64) & 1)
+			return chain;
+		map[k / 64] |= 1ull << (k % 64);
+	}
+	if (n != count)
+		return chain;
+	char *prev = NULL, *first = NULL;
+
+	for (unsigned w = 0; w < ORDER_MAX_OBJECTS / 64; w++) {
+		for (uint64_t bits = map[w]; bits; bits &= bits - 1) {
+			char *obj = (char *)slab->base +
+				    (size_t)(w * 64 + (unsigned)__builtin_ctzll(bits)) * s->stride;
+
+			if (prev)
+				fp_set(s, prev, obj);
+			else
+				first = obj;
+			prev = obj;
+		}
+	}
+	fp_set(s, prev, NULL);
+	stat_add(s, STAT_CHAIN_ORDERED, 1);
+	return first;
+}
+
+/*
  * A slab to make active, frozen for this thread, and its objects: the
  * cpu-partial list's head if it has something to give (the slabs that do
  * come first; a dry head goes to the tail, to be looked at again in its
@@ -511,6 +564,7 @@ static struct slab *refill_slab(struct uslab_cache *s, struct cpu_slab *c, void 
 		*freelist = slab_take_private(s, slab, count);
 		if (*freelist) {
 			stat_add(s, STAT_REFILL_CPU_PARTIAL, 1);
+			*freelist = chain_in_order(s, slab, *freelist, *count);
 			return slab;
 		}
 		partial_link(c, slab, false);
@@ -518,6 +572,7 @@ static struct slab *refill_slab(struct uslab_cache *s, struct cpu_slab *c, void 
 	slab = partial_take(s, freelist, count);
 	if (slab) {
 		stat_add(s, STAT_REFILL_PARTIAL, 1);
+		*freelist = chain_in_order(s, slab, *freelist, *count);
 	} else {
 		slab = slab_new(s);
 		if (!slab) {

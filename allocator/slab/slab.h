@@ -87,6 +87,8 @@ static inline uintptr_t ctr_make(unsigned inuse, unsigned objects, bool frozen)
 	X(REFILL_PARTIAL, "refill_partial", "slabs taken from the cache's partial list")   \
 	X(NEW_SLAB, "new_slab", "slabs created")                                           \
 	X(SLAB_FREED, "slab_freed", "empty slabs given back to their segment")             \
+	X(CHAIN_ORDERED, "chain_ordered", "refills whose chain (half a slab or more) was "   \
+	  "relinked in address order")                                                       \
 	X(CPU_PARTIAL_PUT, "cpu_partial_put", "full slabs frozen by a remote free")         \
 	X(CPU_PARTIAL_DRAIN, "cpu_partial_drain", "cpu-partial lists drained")             \
 	X(DEACTIVATE_FULL, "deactivate_full", "slabs given up with no free object")        \

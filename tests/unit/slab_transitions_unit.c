@@ -1085,6 +1085,61 @@ static void test_cpu_partial_order(void)
 }
 
 /*
+ * A refill whose chain holds half of its slab's objects or more hands them
+ * out in address order, whatever order they were freed in; a shorter one
+ * keeps the order of the frees (the last freed first).
+ */
+static void test_refill_in_address_order(void)
+{
+	struct uslab_cache *c = new_cache("t-address-order");
+	static void *objs[4 * PER + 8];
+	static const unsigned few[] = { 40, 7, 33, 2 };
+	struct cpu_slab *cs;
+	unsigned n = 0;
+
+	for (; n < 2 * PER + 1; n++)
+		objs[n] = uslab_cache_alloc(c);       /* A, B dry, C active */
+	struct slab *a = ptr_to_slab(objs[0]), *b = ptr_to_slab(objs[PER]);
+	cs = this_cpu_slab(c);
+	CHECK(on_cpu_partial(cs, a) && on_cpu_partial(cs, b));
+	long ordered = heap_stat(tls_heap, c)[STAT_CHAIN_ORDERED];
+
+	/* A: all but its first object freed, in a scattered order (i * 37
+	 * mod 64, i = 1 .. 63, visits each other index once); B: four */
+	for (unsigned i = 1; i < PER; i++) {
+		unsigned k = i * 37 % PER;
+
+		uslab_cache_free(c, objs[k]);
+		objs[k] = NULL;
+	}
+	for (unsigned i = 0; i < 4; i++) {
+		uslab_cache_free(c, objs[PER + few[i]]);
+		objs[PER + few[i]] = NULL;
+	}
+	CHECK(cs->partial == b && b->next == a);
+	CHECK_EQ(uslab_cache_validate(c), 0);
+	for (unsigned i = 1; i < PER; i++)            /* C runs out */
+		objs[n++] = uslab_cache_alloc(c);
+
+	/* B's four, the last freed first, then A's 63 from the lowest up */
+	for (unsigned i = 0; i < 4; i++) {
+		void *x = uslab_cache_alloc(c);
+
+		CHECK(x == (char *)b->base + (size_t)few[3 - i] * OBJ_SIZE);
+		objs[n++] = x;
+	}
+	for (unsigned i = 1; i < PER; i++) {
+		void *x = uslab_cache_alloc(c);
+
+		CHECK(x == (char *)a->base + (size_t)i * OBJ_SIZE);
+		objs[n++] = x;
+	}
+	CHECK_EQ(heap_stat(tls_heap, c)[STAT_CHAIN_ORDERED], ordered + 1);
+	CHECK_EQ(uslab_cache_validate(c), 0);
+	finish(c, objs, n);
+}
+
+/*
  * uslab_thread_flush of a thread with dry slabs on its cpu-partial list: a
  * dry slab with nothing free goes FULL (#5), one with owner-local or remote
  * frees goes PARTIAL (#4).
@@ -1515,6 +1570,7 @@ int main(void)
 	test_dry_active_stays_frozen();
 	test_dry_slab_remote_frees();
 	test_cpu_partial_order();
+	test_refill_in_address_order();
 	test_flush_dry_cpu_partial();
 	test_dry_overflow_drains();
 	test_exit_dry_full();

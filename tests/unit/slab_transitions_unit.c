@@ -15,6 +15,7 @@
 #include "test.h"
 #include "uslab.h"
 #include "kmalloc.h"
+#include "options.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -306,6 +307,26 @@ static struct uslab_cache *new_cache(const char *name)
 	REQUIRE(c->cpu_partial >= 2 && c->min_partial >= 2 && c->min_partial <= 15);
 	c->cpu_partial = 8;   /* the overflow steps below fill the list: keep it short */
 	return c;
+}
+
+/* USLAB_CPU_PARTIAL: a count, at most CPU_PARTIAL_MAX (the list's length
+ * is 16 bits); 0 is the default by bytes. */
+static void test_cpu_partial_option(void)
+{
+	struct uslab_cache *c;
+
+	options_parse_entry("USLAB_CPU_PARTIAL=7");
+	c = uslab_cache_create("t-cp-7", OBJ_SIZE, 0, 0, NULL);
+	CHECK(c && c->cpu_partial == 7);
+	uslab_cache_destroy(c);
+	options_parse_entry("USLAB_CPU_PARTIAL=100000");
+	c = uslab_cache_create("t-cp-big", OBJ_SIZE, 0, 0, NULL);
+	CHECK(c && c->cpu_partial == CPU_PARTIAL_MAX);
+	uslab_cache_destroy(c);
+	options_parse_entry("USLAB_CPU_PARTIAL=0");
+	c = uslab_cache_create("t-cp-0", OBJ_SIZE, 0, 0, NULL);
+	CHECK(c && c->cpu_partial == cpu_partial_slabs(c, CPU_PARTIAL_BYTES));
+	uslab_cache_destroy(c);
 }
 
 /* Free what is left (NULLs skipped), flush both threads, check, destroy. */
@@ -1553,6 +1574,7 @@ int main(void)
 {
 	printf("dwcas path: %s\n", uslab_dwcas_path());
 	puppet_start(&other);
+	test_cpu_partial_option();
 	test_new_slab_is_frozen();
 	test_remote_free_while_owner_refills();
 	test_flush_to_partial();

@@ -68,10 +68,15 @@ USLAB_API void *uslab_realloc(void *p, size_t n)
 		kfree(p, "realloc");
 		return NULL;
 	}
-	if (prof_active() && prof_owns(p))
+	struct kblock b;
+
+	kmalloc_block(p, &b, "realloc");   /* the one look at p */
+	if (prof_active() && !b.small && prof_owns(p))
 		return prof_realloc(p, n, DEBUG_SITE);
-	size_t have = kmalloc_usable_size(p, "realloc");
-	q = kmalloc_resize(p, n, have);
+	if (unlikely(!b.size))
+		kmalloc_usable_size(p, "realloc");   /* no block starts at p: aborts */
+	size_t have = b.size;
+	q = kmalloc_resize_block(p, &b, n);
 	/* grown in place: the growth counts as bytes allocated */
 	if (q && n > have && prof_active() && prof_sample_due(n - have))
 		prof_grown(n - have, DEBUG_SITE);
@@ -169,8 +174,15 @@ USLAB_API size_t uslab_malloc_usable_size(void *p)
 {
 	if (debug_active())
 		return debug_usable_size(p);
-	if (prof_active() && p && prof_owns(p))
-		return prof_usable_size(p);
+	if (prof_active() && p) {
+		struct kblock b;
+
+		kmalloc_block(p, &b, "malloc_usable_size");
+		if (!b.small && prof_owns(p))
+			return prof_usable_size(p);
+		if (b.size)
+			return b.size;
+	}
 	return kmalloc_usable_size(p, "malloc_usable_size");
 }
 

@@ -60,7 +60,8 @@
  * Which pointers are sampled: a chained hash table whose chains run
  * through the headers and the records apart. A pointer not in it is no block of the profiler's,
  * and nothing is read at it. realloc and malloc_usable_size ask about every
- * pointer while the profiler is on: prof_owns first looks, without the
+ * pointer but a small block's start (which no sampled block is) while the
+ * profiler is on: prof_owns first looks, without the
  * lock, whether the pointer's bucket is empty (the table is kept at most
  * 1/8 full, so it nearly always is), and takes the lock only if not. A
  * table that grows is replaced, the old one kept mapped for readers that
@@ -925,14 +926,15 @@ static bool prof_maybe(const void *p)
 }
 
 /* Whether p is a sampled block (the caller owns p: it stays what it is).
- * No small one starts an object of a slab (it is inside its own): such a
- * pointer, most that realloc is given, is not looked up. */
+ * The caller has made sure that p is not where a small block starts
+ * (kmalloc_block): no sampled one does, as each sits inside a block of
+ * its own, so most pointers realloc is given are never looked up here. */
 bool prof_owns(const void *p)
 {
 	struct link **where;
 
 	prof_found_user = NULL;
-	if (kmalloc_small_size(p) || !prof_maybe(p))
+	if (!prof_maybe(p))
 		return false;
 	prof_lock_take();
 	struct prof_block *b = block_find(p, &where);
@@ -1060,7 +1062,7 @@ static void *prof_realloc_far(void *p, size_t n, size_t have, const void *site)
 	WRITE_ONCE(*where, b->chain.next);
 	blocks->count--;
 	prof_unlock();
-	void *q = kmalloc_resize(p, n, have);
+	void *q = kmalloc_resize(p, n);
 	prof_lock_take();
 	container_of(b, struct prof_far, b)->user = q ? q : p;
 	block_back_resized(b, q != NULL, n);
@@ -1084,14 +1086,13 @@ static void *prof_resize(void *p, size_t n)
 
 	if (__builtin_add_overflow(n ? n : 1, front, &total))
 		return NULL;
-	size_t have = kmalloc_usable_size(base, "realloc");
 	prof_lock_take();   /* out of the table while kmalloc_resize may move it */
 	if (block_find(p, &where)) {
 		WRITE_ONCE(*where, b->chain.next);
 		blocks->count--;
 	}
 	prof_unlock();
-	q = kmalloc_resize(base, total, have);
+	q = kmalloc_resize(base, total);
 	b = (struct prof_block *)((q ? q : base) + front) - 1;
 	prof_lock_take();
 	block_back_resized(b, q != NULL, n);

@@ -276,42 +276,53 @@ static size_t slab_object_size(const struct slab *slab, const void *p)
 	return 0;
 }
 
-/* The size of small block p when p is where an object of a slab starts;
- * 0 otherwise (a large or huge block, the arena's, or no block). */
-size_t kmalloc_small_size(const void *p)
+/*
+ * The block that starts at p (not NULL), from one look at its descriptor,
+ * for realloc and malloc_usable_size (kmalloc.h, struct kblock). An arena
+ * pointer that starts no block aborts here, with call.
+ */
+void kmalloc_block(const void *p, struct kblock *b, const char *call)
 {
 	struct slab *slab = ptr_to_slab(p);
+	size_t size;
 
-	return slab ? slab_object_size(slab, p) : 0;
+	b->run = NULL;
+	b->small = true;
+	if (slab) {
+		b->size = slab_object_size(slab, p);
+		if (b->size)
+			return;
+		b->small = false;
+		if (slab->kind == SLAB_KIND_LARGE && (uintptr_t)p == slab->base) {
+			b->run = slab;
+			b->size = (size_t)slab->nunits << UNIT_SHIFT;
+		}
+		return;
+	}
+	if (arena_owns(p)) {
+		b->size = arena_usable_size(p, call);
+		return;
+	}
+	b->small = false;
+	b->size = huge_usable_size(p, &size) ? size : 0;
 }
 
 /* Bytes the caller may use at p; 0 for NULL. Aborts on a foreign pointer. */
 size_t kmalloc_usable_size(const void *p, const char *call)
 {
-	size_t size;
+	struct kblock b;
 
 	if (!p)
 		return 0;
+	kmalloc_block(p, &b, call);
+	if (likely(b.size))
+		return b.size;
 	struct slab *slab = ptr_to_slab(p);
-	if (!slab && arena_owns(p))
-		return arena_usable_size(p, call);
-	if (slab) {
-		uintptr_t off = (uintptr_t)p - slab->base;
-		size_t small = slab_object_size(slab, p);
-		if (small)
-			return small;
-		if (slab->kind == SLAB_KIND_LARGE && off == 0)
-			return (size_t)slab->nunits << UNIT_SHIFT;
-		if (slab->kind == SLAB_KIND_TAIL && off == 0)   /* a freed run, kept */
-			free_freed(p, call);
-		free_invalid(p, call);
-	}
-	if (!huge_usable_size(p, &size)) {
-		if (huge_was_freed(p))
-			free_freed(p, call);
-		free_invalid(p, call);
-	}
-	return size;
+	if (slab && slab->kind == SLAB_KIND_TAIL && (uintptr_t)p == slab->base)
+		free_freed(p, call);   /* a freed run, kept */
+	if (!slab && huge_was_freed(p))
+		free_freed(p, call);
+	free_invalid(p, call);
 }
 
 /*
@@ -355,23 +366,27 @@ static void *large_resize(void *p, struct slab *slab, size_t n)
 }
 
 /*
- * Resize p where its block allows it: the same small class range, a large
- * run (large_resize: in place, or moved with room to grow), or a huge
- * mapping that mremap can resize (moving it if needed). have is p's usable
- * size (kmalloc_usable_size: realloc has checked p with it). Returns the
- * (possibly moved) block, or NULL when the caller must allocate and copy.
+ * Resize block b at p (kmalloc_block) where it allows it: the same small
+ * class range (kmalloc_fits_small), a large run (large_resize: in place,
+ * or moved with room to grow), or a huge mapping that mremap can resize
+ * (moving it if needed). Returns the (possibly moved) block, or NULL when
+ * the caller must allocate and copy.
  */
-void *kmalloc_resize(void *p, size_t n, size_t have)
+void *kmalloc_resize_block(void *p, const struct kblock *b, size_t n)
 {
-	struct slab *slab = ptr_to_slab(p);
-
-	/* a small block (slab object or arena block): in place while it fits
-	 * and would not fit in half */
-	if ((slab && slab->kind == SLAB_KIND_SLAB) || (!slab && arena_owns(p)))
-		return (n <= have && (n > have / 2 || have <= 16)) ? p : NULL;
-	if (slab)   /* large */
-		return n > SMALL_MAX && n <= LARGE_MAX ? large_resize(p, slab, n) : NULL;
+	if (b->small)
+		return kmalloc_fits_small(n, b->size) ? p : NULL;
+	if (b->run)
+		return n > SMALL_MAX && n <= LARGE_MAX ? large_resize(p, b->run, n) : NULL;
 	return n > LARGE_MAX ? huge_resize(p, n) : NULL;
+}
+
+void *kmalloc_resize(void *p, size_t n)
+{
+	struct kblock b;
+
+	kmalloc_block(p, &b, "realloc");
+	return kmalloc_resize_block(p, &b, n);
 }
 
 /* Small class for an aligned request (kmalloc_aligned_class), with the

@@ -168,9 +168,29 @@ size_t arena_usable_size(const void *p, const char *call);
 size_t arena_live_bytes(void);
 size_t arena_cut_bytes(void);
 void *kmalloc_aligned(size_t align, size_t n);
-void *kmalloc_resize(void *p, size_t n, size_t have);
 size_t kmalloc_usable_size(const void *p, const char *call);
-size_t kmalloc_small_size(const void *p);
+/*
+ * The block that starts at p as realloc sees it, looked up once: its usable
+ * size (0 when no block starts there - a pointer into one, a freed run or
+ * mapping, a foreign pointer: kmalloc_usable_size names it), whether it is
+ * small (a slab object or an arena block), and a large block's run.
+ */
+struct kblock {
+	struct slab *run;   /* a large block's run head; else NULL */
+	size_t size;
+	bool small;
+};
+void kmalloc_block(const void *p, struct kblock *b, const char *call);
+/* A small block of have bytes stays where it is, resized to n, while n fits
+ * and would not fit in half of it. */
+static inline bool kmalloc_fits_small(size_t n, size_t have)
+{
+	return n <= have && (n > have / 2 || have <= 16);
+}
+/* Block b at p resized where it is or by its own layer (a large run, a
+ * huge mapping); NULL: the caller allocates and copies. */
+void *kmalloc_resize_block(void *p, const struct kblock *b, size_t n);
+void *kmalloc_resize(void *p, size_t n);   /* the same, p looked up */
 bool kmalloc_trim(void);
 size_t kmalloc_huge_bytes(void);
 size_t kmalloc_huge_count(void);

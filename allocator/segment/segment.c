@@ -227,18 +227,42 @@ unsigned next_bit(const uint64_t *map, unsigned i, bool want)
 	return SEG_UNITS;
 }
 
-/* First fit run of n units set in map (the dirty_map: runs still
- * committed throughout); SEG_UNITS when there is none. */
+#define MAP_WORDS (SEG_UNITS / 64)
+
+/* m &= m >> s, the map taken as one number of SEG_UNITS bits: bit i stays
+ * set only if bit i + s is set too. Low words first, in place: each reads
+ * only words at or above its own, not changed yet. */
+static void map_and_down(uint64_t *m, unsigned s)
+{
+	unsigned q = s / 64, r = s % 64;
+
+	for (unsigned w = 0; w < MAP_WORDS; w++) {
+		uint64_t lo = w + q < MAP_WORDS ? m[w + q] : 0;
+		uint64_t hi = w + q + 1 < MAP_WORDS ? m[w + q + 1] : 0;
+
+		m[w] &= r ? lo >> r | hi << (64 - r) : lo;
+	}
+}
+
+/*
+ * First fit run of n units set in map (the free_map, or the dirty_map: runs
+ * still committed throughout); SEG_UNITS when there is none. Bit i of a
+ * copy m stands for "bits i .. i + len - 1 of map are set": each round
+ * ANDs m with itself shifted down by up to len, so len doubles, and the
+ * answer is m's first bit - a few words per round, log2(n) rounds, however
+ * the map is cut up (a walk from run to run cost some 300 instructions a
+ * call on a fragmented segment).
+ */
 static unsigned find_run(const uint64_t *map, unsigned n)
 {
-	for (unsigned i = next_bit(map, SEG_HDR_UNITS, true); i < SEG_UNITS;) {
-		unsigned end = next_bit(map, i, false);
+	uint64_t m[MAP_WORDS];
 
-		if (end - i >= n)
-			return i;
-		i = next_bit(map, end, true);
+	memcpy(m, map, sizeof(m));
+	for (unsigned len = 1, step; len < n; len += step) {
+		step = len < n - len ? len : n - len;
+		map_and_down(m, step);
 	}
-	return SEG_UNITS;
+	return next_bit(m, SEG_HDR_UNITS, true);
 }
 
 /*

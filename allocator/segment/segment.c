@@ -99,6 +99,7 @@ static struct segment *segment_map(bool huge)
 		return NULL;
 	}
 	seg->magic = SEG_MAGIC;
+	seg->free_miss = seg->dirty_miss = SEG_UNITS + 1;
 	memset(seg->free_map, 0xff, sizeof(seg->free_map));
 	seg->free_map[0] &= ~((1ull << SEG_HDR_UNITS) - 1);
 	seg->free_units = SEG_UNITS - SEG_HDR_UNITS;
@@ -148,19 +149,41 @@ static void seg_list_add_new(struct segment *seg)
 	WRITE_ONCE(dirty_free_units, dirty_free_units + seg->dirty_units);
 }
 
+#define MAP_WORDS (SEG_UNITS / 64)
+
 bool bit(const uint64_t *map, unsigned i)
 {
 	return (map[i / 64] >> (i % 64)) & 1;
 }
 
+/* The bits of word w of a map that units first .. first + n - 1 cover. */
+static uint64_t word_mask(unsigned w, unsigned first, unsigned n)
+{
+	unsigned lo = first > w * 64 ? first - w * 64 : 0;
+	unsigned hi = first + n < (w + 1) * 64 ? first + n - w * 64 : 64;
+
+	if (lo >= hi)
+		return 0;
+	return (hi - lo == 64 ? ~0ull : ((1ull << (hi - lo)) - 1)) << lo;
+}
+
 static void set_bits(uint64_t *map, unsigned first, unsigned n, bool on)
 {
-	for (unsigned i = first; i < first + n; i++) {
-		if (on)
-			map[i / 64] |= 1ull << (i % 64);
-		else
-			map[i / 64] &= ~(1ull << (i % 64));
+	for (unsigned w = first / 64; w < MAP_WORDS && w * 64 < first + n; w++) {
+		uint64_t m = word_mask(w, first, n);
+
+		map[w] = on ? map[w] | m : map[w] & ~m;
 	}
+}
+
+/* How many of units first .. first + n - 1 have their bit set in map. */
+static unsigned count_bits(const uint64_t *map, unsigned first, unsigned n)
+{
+	unsigned c = 0;
+
+	for (unsigned w = first / 64; w < MAP_WORDS && w * 64 < first + n; w++)
+		c += (unsigned)__builtin_popcountll(map[w] & word_mask(w, first, n));
+	return c;
 }
 
 /*
@@ -174,12 +197,9 @@ static void set_bits(uint64_t *map, unsigned first, unsigned n, bool on)
  */
 void units_take(struct segment *seg, unsigned first, unsigned n, bool *zeroed)
 {
-	unsigned dirty = 0;
+	unsigned dirty = count_bits(seg->dirty_map, first, n);
 
-	for (unsigned i = first; i < first + n; i++) {
-		ASSERT(bit(seg->free_map, i));   /* only free units are claimed */
-		dirty += bit(seg->dirty_map, i);
-	}
+	ASSERT(count_bits(seg->free_map, first, n) == n);   /* only free units are claimed */
 	if (seg->free_units == SEG_UNITS - SEG_HDR_UNITS)
 		nr_empty_segments--;
 	set_bits(seg->free_map, first, n, false);
@@ -199,11 +219,13 @@ void units_give(struct segment *seg, unsigned first, unsigned n, bool dirty)
 		ASSERT(!bit(seg->free_map, i) && !seg->desc[i].head);   /* in use, then cleared */
 	set_bits(seg->free_map, first, n, true);
 	seg->free_units += n;
+	seg->free_miss = SEG_UNITS + 1;   /* a longer run may be there now */
 	if (dirty) {
 		if (!seg->dirty_units)   /* its decay clock starts with its first */
 			seg->aged_ms = os_now_ms();
 		set_bits(seg->dirty_map, first, n, true);
 		seg->dirty_units += n;
+		seg->dirty_miss = SEG_UNITS + 1;
 		WRITE_ONCE(dirty_free_units, dirty_free_units + n);
 	} else {
 		WRITE_ONCE(clean_free_units, clean_free_units + n);
@@ -226,8 +248,6 @@ unsigned next_bit(const uint64_t *map, unsigned i, bool want)
 	}
 	return SEG_UNITS;
 }
-
-#define MAP_WORDS (SEG_UNITS / 64)
 
 /* m &= m >> s, the map taken as one number of SEG_UNITS bits: bit i stays
  * set only if bit i + s is set too. Low words first, in place: each reads
@@ -388,18 +408,21 @@ static struct segment *find_free_run(unsigned n, bool huge_ok, unsigned *first)
 	unsigned best_clean = n + 1;
 
 	for (seg = seg_list; seg; seg = seg->next) {
-		if (seg->dirty_units < n || !segment_serves(seg, huge_ok))
+		if (seg->dirty_units < n || n >= seg->dirty_miss || !segment_serves(seg, huge_ok))
 			continue;
 		*first = find_run(seg->dirty_map, n);
 		if (*first < SEG_UNITS)
 			return seg;
+		seg->dirty_miss = (uint16_t)n;
 	}
 	for (seg = seg_list; seg && best_clean > 1; seg = seg->next) {
 		unsigned clean, at;
 
-		if (seg->free_units < n || !segment_serves(seg, huge_ok))
+		if (seg->free_units < n || n >= seg->free_miss || !segment_serves(seg, huge_ok))
 			continue;
 		at = find_window(seg, n, &clean);
+		if (at == SEG_UNITS)
+			seg->free_miss = (uint16_t)n;
 		if (at < SEG_UNITS && clean < best_clean) {
 			best = seg;
 			*first = at;
@@ -774,6 +797,18 @@ static long check_run(struct segment *seg, unsigned i, bool (*has_free_check)(co
  * anything else has none. Exact when no thread is setting up a slab.
  * Prints each problem; returns how many there were.
  */
+/* A miss hint (free_miss, dirty_miss) that says no run of `miss` units is
+ * in map must be right: find_free_run skips the segment on its word. */
+static long check_miss(const struct segment *seg, const uint64_t *map, unsigned miss,
+		       const char *what)
+{
+	if (miss > SEG_UNITS || find_run(map, miss) == SEG_UNITS)
+		return 0;
+	fprintf(stderr, "uslab: segment %p: %s_miss is %u, but a %s run that long is there\n",
+		(const void *)seg, what, miss, what);
+	return 1;
+}
+
 long segment_check_descs(bool (*has_free_check)(const struct slab *head))
 {
 	long bad = 0;
@@ -800,6 +835,8 @@ long segment_check_descs(bool (*has_free_check)(const struct slab *head))
 				i += d->nunits ? d->nunits : 1;
 			}
 		}
+		bad += check_miss(seg, seg->free_map, seg->free_miss, "free");
+		bad += check_miss(seg, seg->dirty_map, seg->dirty_miss, "dirty");
 	}
 	seg_unlock();
 	return bad;

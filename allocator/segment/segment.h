@@ -106,6 +106,11 @@ struct segment {
 	bool huge;                           /* marked for huge pages: huge_ok runs
 						only (segment_map; set before it is
 						listed) */
+	/* no free run (free_miss) or dirty run (dirty_miss) of this many units
+	 * or more: the fewest find_free_run looked for in vain since such runs
+	 * last grew (a free); SEG_UNITS + 1 when unknown. Claims only shorten
+	 * runs. Under seg_lock. */
+	uint16_t free_miss, dirty_miss;
 	uint64_t free_map[SEG_UNITS / 64];   /* bit set = unit free; under seg_lock */
 	uint64_t dirty_map[SEG_UNITS / 64];  /* free but still committed */
 	uint64_t aged_map[SEG_UNITS / 64];   /* dirty since before the last tick */

@@ -24,6 +24,9 @@
 /* refills of an active slab served by frees alone before it builds a page
  * more (cpu.c, slab_build_more) */
 #define REUSE_REFILLS_MAX 64
+/* refills a thread makes before its refills are handed out in address
+ * order (cpu.c, refill_ordered) */
+#define ORDER_AFTER_REFILLS 64
 /* slabs a thread may keep frozen per cache besides its active one, in bytes
  * (api.c; USLAB_CPU_PARTIAL sets a count instead, at most CPU_PARTIAL_MAX) */
 #define CPU_PARTIAL_BYTES (512ul << 10)
@@ -126,6 +129,9 @@ struct thread_heap {
 	struct remote_msg *msg_pool;         /* spare messages (owner only) */
 	int live;                            /* owned by a running thread */
 	int exited;                          /* its thread ran the exit flush */
+	unsigned refills;                    /* refills of any cache by its thread
+						(owner only; from 0 when a thread
+						takes the heap): cpu.c, chain_in_order */
 	/* held by its thread while it flushes (exit, uslab_thread_flush,
 	 * shrink), and by destroy, validate and fork while they read or flush
 	 * its cpu slabs and messages; a thread's fast and slow paths take none */

@@ -502,8 +502,10 @@ static void *refill_from_active(struct uslab_cache *s, struct slab *slab, unsign
  * again lies - and is walked - in memory order (jemalloc's slabs, which
  * allocate the lowest free region, do so always). The walk reads each
  * object's link and the relink writes it: lines the allocations that
- * follow touch anyway. A chain that is not count distinct objects of the
- * slab (a free object written to) is left as it is, for the pops' checks.
+ * follow touch anyway - for a thread that allocates by the slab
+ * (refill_ordered, the caller's test). A chain that is not count distinct
+ * objects of the slab (a free object written to) is left as it is, for the
+ * pops' checks.
  * Not for a debug cache, whose free objects carry checks of their own.
  */
 #define ORDER_MAX_OBJECTS 1024
@@ -548,6 +550,19 @@ static void *chain_in_order(struct uslab_cache *s, struct slab *slab, void *chai
 }
 
 /*
+ * Whether a refill's chain is worth ordering (chain_in_order): the calling
+ * thread has refilled ORDER_AFTER_REFILLS times, so it allocates by the
+ * slab and will use what the refill gives it. A thread that has just come
+ * (a short-lived one above all) takes a slab's free objects to use a
+ * handful, gives the rest back when it exits, and the relink would have
+ * touched them all: thread_churn spent over half its instructions so.
+ */
+static bool refill_ordered(void)
+{
+	return tls_heap->refills >= ORDER_AFTER_REFILLS;
+}
+
+/*
  * A slab to make active, frozen for this thread, and its objects: the
  * cpu-partial list's head if it has something to give (the slabs that do
  * come first; a dry head goes to the tail, to be looked at again in its
@@ -558,13 +573,15 @@ static struct slab *refill_slab(struct uslab_cache *s, struct cpu_slab *c, void 
 				unsigned *count)
 {
 	struct slab *slab = c->partial;
+	bool order = refill_ordered();
 
 	if (slab) {
 		partial_unlink(c, slab);
 		*freelist = slab_take_private(s, slab, count);
 		if (*freelist) {
 			stat_add(s, STAT_REFILL_CPU_PARTIAL, 1);
-			*freelist = chain_in_order(s, slab, *freelist, *count);
+			if (order)
+				*freelist = chain_in_order(s, slab, *freelist, *count);
 			return slab;
 		}
 		partial_link(c, slab, false);
@@ -572,7 +589,8 @@ static struct slab *refill_slab(struct uslab_cache *s, struct cpu_slab *c, void 
 	slab = partial_take(s, freelist, count);
 	if (slab) {
 		stat_add(s, STAT_REFILL_PARTIAL, 1);
-		*freelist = chain_in_order(s, slab, *freelist, *count);
+		if (order)
+			*freelist = chain_in_order(s, slab, *freelist, *count);
 	} else {
 		slab = slab_new(s);
 		if (!slab) {
@@ -625,6 +643,7 @@ static bool cpu_refill(struct uslab_cache *s, struct cpu_slab *c)
 {
 	unsigned count, more = 0;
 
+	tls_heap->refills++;
 	if (mailbox_peek(heap_inbox(tls_heap, s->id)))
 		inbox_drain(tls_heap, s->id, false);   /* onto the local lists taken below */
 	c->foreign_left = s->foreign_max;   /* every foreign object has been reused */

@@ -57,6 +57,7 @@ static struct thread_heap *heap_get(void)
 	if (h->exited)   /* a recycled heap: messages may come again */
 		heap_inboxes_open(h);
 	h->live = 1;
+	h->refills = 0;
 	h->exited = 0;
 	unlock_ranked(&heaps_lock, RANK_HEAPS);
 	pthread_setspecific(heap_key, h);

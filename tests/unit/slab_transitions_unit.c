@@ -1107,12 +1107,14 @@ static void test_cpu_partial_order(void)
 
 /*
  * A refill whose chain holds half of its slab's objects or more hands them
- * out in address order, whatever order they were freed in; a shorter one
- * keeps the order of the frees (the last freed first).
+ * out in address order, whatever order they were freed in, once the thread
+ * has refilled ORDER_AFTER_REFILLS times (warm); a shorter one, or any
+ * before that, keeps the order of the frees (the last freed first).
  */
-static void test_refill_in_address_order(void)
+static void refill_order_case(bool warm)
 {
-	struct uslab_cache *c = new_cache("t-address-order");
+	struct uslab_cache *c = new_cache(warm ? "t-address-order" : "t-address-order-cold");
+	unsigned saved = tls_heap->refills;
 	static void *objs[4 * PER + 8];
 	static const unsigned few[] = { 40, 7, 33, 2 };
 	struct cpu_slab *cs;
@@ -1142,7 +1144,10 @@ static void test_refill_in_address_order(void)
 	for (unsigned i = 1; i < PER; i++)            /* C runs out */
 		objs[n++] = uslab_cache_alloc(c);
 
-	/* B's four, the last freed first, then A's 63 from the lowest up */
+	/* the thread's refills so far: a warm one's, or a new one's */
+	tls_heap->refills = warm ? ORDER_AFTER_REFILLS : 0;
+	/* B's four, the last freed first, then A's 63: from the lowest up, or
+	 * (cold) the last freed first */
 	for (unsigned i = 0; i < 4; i++) {
 		void *x = uslab_cache_alloc(c);
 
@@ -1151,13 +1156,21 @@ static void test_refill_in_address_order(void)
 	}
 	for (unsigned i = 1; i < PER; i++) {
 		void *x = uslab_cache_alloc(c);
+		unsigned k = warm ? i : (PER - i) * 37 % PER;   /* freed i-th: k = i * 37 */
 
-		CHECK(x == (char *)a->base + (size_t)i * OBJ_SIZE);
+		CHECK(x == (char *)a->base + (size_t)k * OBJ_SIZE);
 		objs[n++] = x;
 	}
-	CHECK_EQ(heap_stat(tls_heap, c)[STAT_CHAIN_ORDERED], ordered + 1);
+	CHECK_EQ(heap_stat(tls_heap, c)[STAT_CHAIN_ORDERED], ordered + warm);
 	CHECK_EQ(uslab_cache_validate(c), 0);
+	tls_heap->refills = saved + (warm ? 0 : ORDER_AFTER_REFILLS);
 	finish(c, objs, n);
+}
+
+static void test_refill_in_address_order(void)
+{
+	refill_order_case(false);
+	refill_order_case(true);
 }
 
 /*

@@ -439,7 +439,7 @@ static void *slab_take_private(struct uslab_cache *s, struct slab *slab, unsigne
 		slab->local_count = 0;
 		return chain;
 	}
-	chain = slab_take_freelist(s, slab, false, count);
+	chain = slab_take_freelist(s, slab, false, UINT_MAX, count);
 	if (chain)
 		stat_add(s, STAT_REFILL_REMOTE, 1);
 	return chain;
@@ -562,6 +562,18 @@ static bool refill_ordered(void)
 	return tls_heap->refills >= ORDER_AFTER_REFILLS;
 }
 
+/* What such a thread takes from a partial slab: COLD_REFILL_MAX objects,
+ * or a page's worth if that is fewer (at least 1). A new slab's first
+ * refill builds a page's worth; taken from a chain, each one is a link
+ * walked now and, if the thread exits without it, again then. */
+#define COLD_REFILL_MAX 16
+static unsigned cold_refill_objects(const struct uslab_cache *s)
+{
+	unsigned n = (unsigned)(os_page_size() / s->stride);
+
+	return n > COLD_REFILL_MAX ? COLD_REFILL_MAX : n ? n : 1;
+}
+
 /*
  * A slab to make active, frozen for this thread, and its objects: the
  * cpu-partial list's head if it has something to give (the slabs that do
@@ -586,7 +598,10 @@ static struct slab *refill_slab(struct uslab_cache *s, struct cpu_slab *c, void 
 		}
 		partial_link(c, slab, false);
 	}
-	slab = partial_take(s, freelist, count);
+	/* a thread that has just come takes a page's worth (see
+	 * refill_ordered): the rest stays in the slab's word, where its next
+	 * refill from the slab finds it, and its exit has few to give back */
+	slab = partial_take(s, freelist, order ? UINT_MAX : cold_refill_objects(s), count);
 	if (slab) {
 		stat_add(s, STAT_REFILL_PARTIAL, 1);
 		if (order)

@@ -193,15 +193,38 @@ void slab_discard(struct uslab_cache *s, struct slab *slab)
 }
 
 /*
- * Owner only: take the slab's shared freelist, leaving it frozen with every
- * object counted in use. freeze=true also freezes an unfrozen slab (the
- * caller holds list_lock and has just taken it off the partial list).
- * Returns the chain taken (NULL if there was none and freeze was false)
- * and its length in *count.
+ * The max-th object of chain p (1: p itself) when the chain has more than
+ * max, each link an object of slab; NULL otherwise (the caller takes it
+ * all, and a link that is no object is left for the pops' checks).
  */
-void *slab_take_freelist(struct uslab_cache *s, struct slab *slab, bool freeze, unsigned *count)
+static void *chain_cut_point(const struct uslab_cache *s, const struct slab *slab, void *p,
+			     unsigned max)
+{
+	for (unsigned i = 1; p && i < max; i++) {
+		p = fp_get(s, p);
+		if (p && !object_offset_valid(s->obj_magic, s->obj_limit, (uintptr_t)p - slab->base))
+			return NULL;
+	}
+	return p && fp_get(s, p) ? p : NULL;
+}
+
+/*
+ * Owner only: take the slab's shared freelist, leaving it frozen, or at
+ * most max of its objects from the front (the rest stay in the word, as
+ * another thread's frees into a frozen slab do). The objects taken are
+ * counted in use. freeze=true also freezes an unfrozen slab (the caller
+ * holds list_lock and has just taken it off the partial list). The walk to
+ * the max-th object reads links only the word's takers change - the owner,
+ * or the holder of list_lock - and frees push in front of it, so a dwcas
+ * that finds the word unchanged finds that chain under it. Returns the
+ * chain taken (NULL if there was none and freeze was false) and its length
+ * in *count.
+ */
+void *slab_take_freelist(struct uslab_cache *s, struct slab *slab, bool freeze, unsigned max,
+			 unsigned *count)
 {
 	dword_t old = dwcas_read(&slab->xword), nw;
+	void *last;
 
 	/* the owner's take of its frozen slab, or a freeze under list_lock */
 	ASSERT(freeze ? mutex_is_locked(&s->list_lock) : ctr_frozen(old.hi));
@@ -210,18 +233,28 @@ void *slab_take_freelist(struct uslab_cache *s, struct slab *slab, bool freeze, 
 			*count = 0;
 			return NULL;
 		}
-		nw.lo = 0;
-		nw.hi = ctr_make(ctr_objects(old.hi), ctr_objects(old.hi), true);
+		last = max < ctr_objects(old.hi) ? chain_cut_point(s, slab, (void *)old.lo, max) : NULL;
+		if (last) {   /* max of them; the rest stay in the word */
+			*count = max;
+			nw.lo = (uintptr_t)fp_get(s, last);
+			nw.hi = ctr_make(ctr_inuse(old.hi) + max, ctr_objects(old.hi), true);
+		} else {
+			*count = ctr_objects(old.hi) - ctr_inuse(old.hi);
+			nw.lo = 0;
+			nw.hi = ctr_make(ctr_objects(old.hi), ctr_objects(old.hi), true);
+		}
 		if (dwcas_try_cmpxchg(&slab->xword, &old, nw))
 			break;
 		stat_add(s, STAT_DWCAS_RETRY, 1);
 	}
-	*count = ctr_objects(old.hi) - ctr_inuse(old.hi);
+	if (last)
+		fp_set(s, last, NULL);   /* ours now */
 	return (void *)old.lo;
 }
 
-/* Under list_lock: take the first partial slab off the list and freeze it. */
-struct slab *partial_take(struct uslab_cache *s, void **freelist, unsigned *count)
+/* Under list_lock: take the first partial slab off the list and freeze it,
+ * with at most max of its free objects (slab_take_freelist). */
+struct slab *partial_take(struct uslab_cache *s, void **freelist, unsigned max, unsigned *count)
 {
 	struct slab *slab;
 
@@ -231,7 +264,7 @@ struct slab *partial_take(struct uslab_cache *s, void **freelist, unsigned *coun
 	slab = s->partial;
 	if (slab) {
 		remove_partial(s, slab);
-		*freelist = slab_take_freelist(s, slab, true, count);
+		*freelist = slab_take_freelist(s, slab, true, max, count);
 	}
 	unlock_ranked(&s->list_lock, RANK_LIST);
 	return slab;

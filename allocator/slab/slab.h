@@ -292,8 +292,9 @@ void *slab_build(struct uslab_cache *s, struct slab *slab, void *then, enum buil
 void slab_discard(struct uslab_cache *s, struct slab *slab);
 void slab_unfreeze(struct uslab_cache *s, struct slab *slab, void *head, void *tail,
 		   unsigned n);
-void *slab_take_freelist(struct uslab_cache *s, struct slab *slab, bool freeze, unsigned *count);
-struct slab *partial_take(struct uslab_cache *s, void **freelist, unsigned *count);
+void *slab_take_freelist(struct uslab_cache *s, struct slab *slab, bool freeze, unsigned max,
+			 unsigned *count);
+struct slab *partial_take(struct uslab_cache *s, void **freelist, unsigned max, unsigned *count);
 bool __slab_free(struct uslab_cache *s, struct slab *slab, void *head, void *tail,
 		 unsigned cnt, bool can_freeze);
 void cache_shrink_partial(struct uslab_cache *s);

@@ -274,15 +274,29 @@ inline set_owner(hold)
 
 /* ---- the coupled word -------------------------------------------------------- */
 
-/* slab_take_freelist(freeze): chain (in my hands) and cnt. */
+/* slab_take_freelist(freeze, max): chain (in my hands) and cnt. A freeze
+ * may take the whole list or (a thread with few refills: max) its first
+ * object only, the rest left in the word; the walk to the cut reads free
+ * pointers that only the word's takers change, and the cut (the taken
+ * object's free pointer cleared) is the taker's own, after the CAS. */
 inline take_freelist(freeze)
 {
 	dw_read();
 	do
 	:: o_fl == 0 && !freeze -> d_step { chain = 0; cnt = 0; busy[who] = 0 }; break
 	:: else ->
+		/* (a d_step picks the first option it can: the choice goes before) */
+		if :: freeze -> if :: few = 1 :: few = 0 fi :: else -> few = 0 fi;
 		d_step {
 			if
+			:: CAS_MATCH && few && wfl != 0 && fp[wfl] != 0 ->
+				chain = wfl; loc[chain] = L_HAND(me);
+				wfl = fp[chain]; fp[chain] = 0;
+				REACH(30);
+				winuse = o_in + 1; wfrozen = 1;
+				cnt = 1;
+				check_W();
+				ok = 1; busy[who] = 0
 			:: CAS_MATCH ->
 				if :: wfl != 0 -> move_list(wfl, L_SHARED, L_HAND(me), lst, k) :: else -> skip fi;
 				chain = wfl;
@@ -912,7 +926,8 @@ inline cache_shrink()
 	byte cfl, fleft, obox; bit cslab, cpart; \
 	byte me, who, o_fl, o_in, n_in, head, tail, cnt, n, chain, obj, tp, dst, m; \
 	byte q, k, lst, bn, bchain, want, u, mlist; \
-	bit o_fz, n_fz, ok, locked, was_frozen, need_lock, was_full, frz, partial, gone, got, posted
+	bit o_fz, n_fz, ok, locked, was_frozen, need_lock, was_full, frz, partial, gone, got, posted, \
+	    few
 
 /* every temporary back to 0 after an operation (no stale values in the state) */
 inline reset()
@@ -922,7 +937,7 @@ inline reset()
 		obj = 0; tp = 0; dst = 0; m = 0; q = 0; k = 0; lst = 0; bn = 0; bchain = 0;
 		want = 0; u = 0; mlist = 0; o_fz = 0; n_fz = 0; ok = 0; locked = 0;
 		was_frozen = 0; need_lock = 0; was_full = 0; frz = 0; partial = 0; gone = 0;
-		got = 0; posted = 0
+		got = 0; posted = 0; few = 0
 	}
 }
 

@@ -806,27 +806,54 @@ static void test_partial_to_empty(void)
 
 /* ---- PARTIAL -> FROZEN: a refill from the partial list (#7) ------------------------------ */
 
-static void test_partial_to_frozen_on_refill(void)
+/* job_alloc by a thread that has made j->live refills so far (the address
+ * order and the size of a take from the partial list go by it:
+ * refill_ordered); its own count is put back after. */
+static void job_alloc_after_refills(void *arg)
 {
-	struct uslab_cache *c = new_cache("t-partial-refill");
+	struct job *j = arg;
+
+	REQUIRE(cpu_slab_get(j->c) != NULL);   /* a heap of its own to count in */
+	unsigned saved = tls_heap->refills;
+
+	tls_heap->refills = j->live;
+	job_alloc(arg);
+	tls_heap->refills = saved;
+}
+
+/*
+ * A thread past its first ORDER_AFTER_REFILLS refills (warm) takes a
+ * partial slab's whole freelist; one before them takes a page's worth, and
+ * the rest stays in the frozen slab's word (#7).
+ */
+static void partial_refill_case(bool warm)
+{
+	struct uslab_cache *c = new_cache(warm ? "t-partial-refill" : "t-partial-refill-cold");
 	static void *objs[3 * PER];
 	struct job mk = { .c = c, .objs = objs, .n = 3, .live = 10 };
+	unsigned page = (unsigned)(os_page_size() / OBJ_SIZE);
+	unsigned took = warm ? PER - 10 : page < 16 ? page : 16;   /* cpu.c, COLD_REFILL_MAX */
 	void *x;
 
+	REQUIRE(warm || (took > 1 && took < PER - 10));   /* a part of the chain */
 	job_make_partial(&mk);
 	CHECK_EQ(nr_partial(c), 3);
-	struct job *j = other_do(job_alloc, c, &x, 1);
+	static struct job job;
+
+	job = (struct job){ .c = c, .objs = &x, .n = 1, .live = warm ? ORDER_AFTER_REFILLS : 0 };
+	puppet_run(&other, job_alloc_after_refills, &job);
+	struct job *j = &job;
 	struct slab *t = ptr_to_slab(x);
 	struct word w = word_of(x);
 	CHECK(w.frozen && !w.on_partial);
-	CHECK(w.freelist == NULL);
-	CHECK_EQ(w.inuse, PER);
+	CHECK_EQ(chain_len(c, w.freelist), PER - 10 - took);   /* what it left */
+	CHECK_EQ(w.inuse, 10 + took);
 	CHECK_EQ(nr_partial(c), 2);
 	CHECK(j->snap.slab == t);
-	CHECK_EQ(j->private_len, PER - 10 - 1);
+	CHECK_EQ(j->private_len, took - 1);
 	for (unsigned i = 0; i < 3 * PER; i++)
 		CHECK(objs[i] != x);                   /* x was free, not one of the live */
-	CHECK_LIVE(c, 3 * 10 + 1, PER - 10 - 1);
+	CHECK_LIVE(c, 3 * 10 + 1, took - 1);
 	CHECK_EQ(uslab_cache_validate(c), 0);
 
 	/* and back: the refilling thread's flush makes it PARTIAL again */
@@ -838,6 +865,12 @@ static void test_partial_to_frozen_on_refill(void)
 	CHECK_EQ(uslab_cache_validate(c), 0);
 	uslab_cache_free(c, x);
 	finish(c, objs, 3 * PER);
+}
+
+static void test_partial_to_frozen_on_refill(void)
+{
+	partial_refill_case(true);
+	partial_refill_case(false);
 }
 
 /* ---- cpu-partial overflow: the drain unfreezes (#4, #6) --------------------------------- */

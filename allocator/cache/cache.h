@@ -131,7 +131,7 @@ struct thread_heap {
 	int exited;                          /* its thread ran the exit flush */
 	unsigned refills;                    /* refills of any cache by its thread
 						(owner only; from 0 when a thread
-						takes the heap): cpu.c, chain_in_order */
+						takes the heap): cpu.c, refill_ordered */
 	/* held by its thread while it flushes (exit, uslab_thread_flush,
 	 * shrink), and by destroy, validate and fork while they read or flush
 	 * its cpu slabs and messages; a thread's fast and slow paths take none */

@@ -553,9 +553,10 @@ static void *chain_in_order(struct uslab_cache *s, struct slab *slab, void *chai
  * Whether a refill's chain is worth ordering (chain_in_order): the calling
  * thread has refilled ORDER_AFTER_REFILLS times, so it allocates by the
  * slab and will use what the refill gives it. A thread that has just come
- * (a short-lived one above all) takes a slab's free objects to use a
- * handful, gives the rest back when it exits, and the relink would have
- * touched them all: thread_churn spent over half its instructions so.
+ * (a short-lived one above all) may use a handful and give the rest back
+ * when it exits: it takes only a few of a partial slab's objects
+ * (cold_refill_objects), and the relink of a whole slab's would touch
+ * objects it never uses (thread_churn spent over half its instructions so).
  */
 static bool refill_ordered(void)
 {
@@ -598,9 +599,9 @@ static struct slab *refill_slab(struct uslab_cache *s, struct cpu_slab *c, void 
 		}
 		partial_link(c, slab, false);
 	}
-	/* a thread that has just come takes a page's worth (see
-	 * refill_ordered): the rest stays in the slab's word, where its next
-	 * refill from the slab finds it, and its exit has few to give back */
+	/* a thread that has just come takes a few (see refill_ordered): the
+	 * rest stay in the slab's word, where its next refill from the slab
+	 * finds them, and its exit has few to give back */
 	slab = partial_take(s, freelist, order ? UINT_MAX : cold_refill_objects(s), count);
 	if (slab) {
 		stat_add(s, STAT_REFILL_PARTIAL, 1);

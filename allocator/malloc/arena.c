@@ -173,10 +173,10 @@ static void *arena_take(unsigned code)
 			memset(&arena_map[arena_cut / ARENA_GRAN], 0,
 			       (end - arena_cut) / ARENA_GRAN);
 		}
-		arena_cut += take;
+		WRITE_ONCE(arena_cut, arena_cut + take);
 	}
 	arena_map[((char *)p - arena) / ARENA_GRAN] = (uint8_t)(bcode | ARENA_LIVE);
-	arena_live += code_size(bcode);
+	WRITE_ONCE(arena_live, arena_live + code_size(bcode));
 	if (++arena_allocs >= ARENA_ALLOCS_MAX)
 		arena_end_locked();
 out:
@@ -229,14 +229,14 @@ void arena_free(void *p, const char *call)
 	unsigned code = arena_block(p, call, true, held);
 	size_t g = (size_t)((char *)p - arena) / ARENA_GRAN;
 
-	arena_live -= code_size(code);
+	WRITE_ONCE(arena_live, arena_live - code_size(code));
 	if ((char *)p + code_take(code) == arena + arena_cut) {
 		/* the last block cut: uncut it (a temporary block costs nothing);
 		 * its code stays, for a second free to find */
 		arena_map[g] = (uint8_t)code;
 		if (arena_stale < arena_cut)
 			arena_stale = arena_cut;
-		arena_cut -= code_take(code);
+		WRITE_ONCE(arena_cut, arena_cut - code_take(code));
 	} else {
 		arena_map[g] = (uint8_t)code;
 		*(void **)p = arena_free_list[code];
@@ -253,7 +253,9 @@ size_t arena_usable_size(const void *p, const char *call)
 	return code_size(code);
 }
 
-/* Bytes in live blocks, and bytes the arena has touched (cut). */
+/* Bytes in live blocks, and bytes the arena has touched (cut): read without
+ * the lock (a statistics signal may ask), so their writers store them whole
+ * (WRITE_ONCE) under it. */
 size_t arena_live_bytes(void)
 {
 	return READ_ONCE(arena_live);

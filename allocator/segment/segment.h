@@ -143,12 +143,20 @@ void segment_registry_divert(bool on);   /* every segment's byte, now and later 
 /* The registry byte of the segment holding p: a plain load, so that it
  * folds into a compare. The byte of a segment holding p was written
  * (release, registry_set) before p was handed out, and p reached this
- * thread through some later synchronisation. */
+ * thread through some later synchronisation. A byte that says "no
+ * segment" for a huge block's p may have been written when a segment
+ * there was unmapped, before the kernel mapped the block at its addresses:
+ * an order through munmap and mmap, which ThreadSanitizer cannot see, so
+ * under it the load is a relaxed atomic one (the same byte, read whole). */
 static inline bool segment_registry_is(uintptr_t p, uint8_t v)
 {
 	uintptr_t idx = p >> SEG_SHIFT;
 
+#if defined(__SANITIZE_THREAD__)
+	return likely(idx < REG_SEGMENTS) && READ_ONCE(seg_registry[idx]) == v;
+#else
 	return likely(idx < REG_SEGMENTS) && seg_registry[idx] == v;
+#endif
 }
 
 /* Is seg (any address in it) one of our segments? One byte load. */

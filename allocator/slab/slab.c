@@ -228,6 +228,10 @@ void *slab_take_freelist(struct uslab_cache *s, struct slab *slab, bool freeze, 
 
 	/* the owner's take of its frozen slab, or a freeze under list_lock */
 	ASSERT(freeze ? mutex_is_locked(&s->list_lock) : ctr_frozen(old.hi));
+	/* acquire: the walk to the cut reads the links the pushers wrote before
+	 * their releasing dwcas (a failed dwcas below reloads with acquire) */
+	if (max != UINT_MAX)
+		old.lo = smp_load_acquire(&slab->xword.lo);
 	for (;;) {
 		if (!old.lo && !freeze) {
 			*count = 0;

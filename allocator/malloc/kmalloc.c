@@ -367,15 +367,17 @@ static void *large_resize(void *p, struct slab *slab, size_t n)
 
 /*
  * Resize block b at p (kmalloc_block) where it allows it: the same small
- * class range (kmalloc_fits_small), a large run (large_resize: in place,
+ * class range, a large run (large_resize: in place,
  * or moved with room to grow), or a huge mapping that mremap can resize
  * (moving it if needed). Returns the (possibly moved) block, or NULL when
  * the caller must allocate and copy.
  */
 void *kmalloc_resize_block(void *p, const struct kblock *b, size_t n)
 {
+	/* a small block (slab object or arena block): in place while it fits
+	 * and would not fit in half */
 	if (b->small)
-		return kmalloc_fits_small(n, b->size) ? p : NULL;
+		return n <= b->size && (n > b->size / 2 || b->size <= 16) ? p : NULL;
 	if (b->run)
 		return n > SMALL_MAX && n <= LARGE_MAX ? large_resize(p, b->run, n) : NULL;
 	return n > LARGE_MAX ? huge_resize(p, n) : NULL;

@@ -181,12 +181,6 @@ struct kblock {
 	bool small;
 };
 void kmalloc_block(const void *p, struct kblock *b, const char *call);
-/* A small block of have bytes stays where it is, resized to n, while n fits
- * and would not fit in half of it. */
-static inline bool kmalloc_fits_small(size_t n, size_t have)
-{
-	return n <= have && (n > have / 2 || have <= 16);
-}
 /* Block b at p resized where it is or by its own layer (a large run, a
  * huge mapping); NULL: the caller allocates and copies. */
 void *kmalloc_resize_block(void *p, const struct kblock *b, size_t n);

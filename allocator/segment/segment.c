@@ -789,14 +789,6 @@ static long check_run(struct segment *seg, unsigned i, bool (*has_free_check)(co
 	return bad;
 }
 
-/*
- * Tests: every descriptor as the rules in segment.h say. A free unit's
- * reads as a zero page would (head NULL, kind FREE, no free-check fields);
- * a run's units all name its head and its later ones are tails; a slab
- * whose objects are malloc's has its free-check fields in every unit,
- * anything else has none. Exact when no thread is setting up a slab.
- * Prints each problem; returns how many there were.
- */
 /* A miss hint (free_miss, dirty_miss) that says no run of `miss` units is
  * in map must be right: find_free_run skips the segment on its word. */
 static long check_miss(const struct segment *seg, const uint64_t *map, unsigned miss,
@@ -809,6 +801,15 @@ static long check_miss(const struct segment *seg, const uint64_t *map, unsigned 
 	return 1;
 }
 
+/*
+ * Tests: every descriptor as the rules in segment.h say. A free unit's
+ * reads as a zero page would (head NULL, kind FREE, no free-check fields);
+ * a run's units all name its head and its later ones are tails; a slab
+ * whose objects are malloc's has its free-check fields in every unit,
+ * anything else has none; no miss hint says a run is not there that is.
+ * Exact when no thread is setting up a slab. Prints each problem; returns
+ * how many there were.
+ */
 long segment_check_descs(bool (*has_free_check)(const struct slab *head))
 {
 	long bad = 0;

@@ -150,6 +150,18 @@ struct thread_heap {
 	 * then two pages written, its cpu slabs' and this one, not five. The
 	 * other caches' follow, by id.
 	 */
+	/*
+	 * Bit id % 64 of word id / 64 (a chunk's word): the heap's thread has
+	 * come to a slow path of cache id (cpu_slab_get), in this life of the
+	 * heap or an earlier one. Only those ids' cpu slabs, outboxes and
+	 * inboxes can hold anything, or be closed: the fast paths add only to
+	 * what a slow path began (a freelist, a frozen slab, a foreign budget,
+	 * a message), and messages come only for slabs the heap froze. Written
+	 * by its thread; never cleared, since a message addressed in an earlier
+	 * life may still come (heap_messages_flush). Walks of a heap's caches
+	 * visit these ids only (for_each_heap_id), not all 64 of a chunk.
+	 */
+	uint64_t ids_used[NR_CHUNKS];
 	struct run_cache runs;               /* freed large runs kept for reuse */
 	struct mailbox msg_returns;          /* its messages, drained: posted back by
 						their receivers, taken whole by the owner */

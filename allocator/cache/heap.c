@@ -72,15 +72,37 @@ struct cpu_slab *cpu_slab_get(struct uslab_cache *s)
 
 	if (!h)
 		return NULL;
-	if (unlikely(!heap_has_chunk(h, s))) {
-		/* heaps_lock: destroy/validate walk chunks of other heaps;
-		 * relaxed store: reports read it without the lock
-		 * (cache_cached_published), the word whole */
-		lock_ranked(&heaps_lock, RANK_HEAPS);
-		WRITE_ONCE(h->chunks_used, h->chunks_used | 1ull << s->chunk);
-		unlock_ranked(&heaps_lock, RANK_HEAPS);
+	uint64_t id_bit = 1ull << (s->id % CPU_CHUNK);
+
+	if (unlikely(!(h->ids_used[s->chunk] & id_bit))) {
+		if (!heap_has_chunk(h, s)) {
+			/* heaps_lock: destroy/validate walk chunks of other heaps;
+			 * relaxed store: reports read it without the lock
+			 * (cache_cached_published), the word whole */
+			lock_ranked(&heaps_lock, RANK_HEAPS);
+			WRITE_ONCE(h->chunks_used, h->chunks_used | 1ull << s->chunk);
+			unlock_ranked(&heaps_lock, RANK_HEAPS);
+		}
+		h->ids_used[s->chunk] |= id_bit;
 	}
 	return heap_cpu_slab(h, s);
+}
+
+/* Debug builds: every cache id of h's chunks outside ids_used has nothing
+ * in h's cpu slab, outbox or inbox, and an open inbox (thread_heap). */
+static bool heap_ids_cover(struct thread_heap *h)
+{
+	for (unsigned id = 0; id < MAX_CACHES; id++) {
+		struct cpu_slab *c = &h->cpu[id];
+
+		if (!(h->chunks_used >> (id / CPU_CHUNK) & 1) ||
+		    h->ids_used[id / CPU_CHUNK] >> (id % CPU_CHUNK) & 1)
+			continue;
+		if (c->slab || c->partial || c->freelist || *heap_outbox(h, id) ||
+		    mailbox_peek(heap_inbox(h, id)))
+			return false;
+	}
+	return true;
 }
 
 /* exiting: its thread exits (see heap_messages_flush) */
@@ -89,23 +111,18 @@ static void heap_flush_all(struct thread_heap *h, bool exiting)
 	run_cache_flush(&h->runs);
 	heap_messages_flush(h, exiting);
 	INTERLEAVE("flush:slabs");
-	for (unsigned k = 0; k < NR_CHUNKS; k++) {
-		if (!(h->chunks_used >> k & 1))
-			continue;
-		for (unsigned i = 0; i < CPU_CHUNK; i++) {
-			unsigned id = k * CPU_CHUNK + i;
-			struct cpu_slab *c = &h->cpu[id];
-			/* a thread that only frees may hold cached objects and no
-			 * slab; its frees put aside wait only beside a slab it
-			 * holds (cpu_aside), so their list is not read here: an
-			 * exiting thread that used few classes reads few lines */
-			struct slab *any = c->slab ? c->slab : c->partial ? c->partial :
-					   c->freelist ? ptr_to_slab(c->freelist) : NULL;
+	ASSERT(heap_ids_cover(h));
+	for_each_heap_id(h, id) {
+		struct cpu_slab *c = &h->cpu[id];
+		/* a thread that only frees may hold cached objects and no
+		 * slab; its frees put aside wait only beside a slab it
+		 * holds (cpu_aside), so their list is not read here */
+		struct slab *any = c->slab ? c->slab : c->partial ? c->partial :
+				   c->freelist ? ptr_to_slab(c->freelist) : NULL;
 
-			ASSERT(any || !cpu_aside(id, c) || !cpu_aside(id, c)->freelist);
-			if (any)
-				cpu_slab_flush(any->cache, c);
-		}
+		ASSERT(any || !cpu_aside(id, c) || !cpu_aside(id, c)->freelist);
+		if (any)
+			cpu_slab_flush(any->cache, c);
 	}
 }
 

@@ -76,11 +76,14 @@ void own_inbox_drain(struct uslab_cache *s);
 long own_private_objects(struct uslab_cache *s);
 size_t cache_live_objects(struct uslab_cache *s);
 
-/* Each id of h's used chunks (skipping the unused 64 at a time). */
+/* Each id whose slow path h's thread has come to (thread_heap.ids_used),
+ * in order; the body must not break out. */
 #define for_each_heap_id(h, id)                                                         \
-	for (unsigned id = 0; id < MAX_CACHES;                                          \
-	     id += ((h)->chunks_used >> (id / CPU_CHUNK) & 1) ? 1 : CPU_CHUNK)          \
-		if ((h)->chunks_used >> (id / CPU_CHUNK) & 1)
+	for (uint64_t c_ = (h)->chunks_used; c_; c_ &= c_ - 1)                          \
+		for (uint64_t b_ = (h)->ids_used[__builtin_ctzll(c_)]; b_; b_ &= b_ - 1)  \
+			for (unsigned id = (unsigned)(__builtin_ctzll(c_) * CPU_CHUNK +     \
+						      __builtin_ctzll(b_)),               \
+				      once_ = 1; once_; once_ = 0)
 
 #pragma GCC visibility pop
 

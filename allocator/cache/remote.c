@@ -141,10 +141,14 @@ void inbox_drain(struct thread_heap *h, unsigned id, bool close)
 }
 
 /*
- * Owner (its heap's lock held): send every outbox, then drain every inbox.
- * At exit every inbox is closed by the same exchange that takes it, before
- * the caller gives the slabs up: a later sender frees through the slabs'
- * words, which a frozen slab's release then takes.
+ * Owner (its heap's lock held): send every outbox, then drain every inbox,
+ * of the caches whose slow paths the heap's thread has come to (the others
+ * have none: thread_heap.ids_used). At exit each of those inboxes is closed
+ * by the same exchange that takes it, before the caller gives the slabs up:
+ * a later sender frees through the slabs' words, which a frozen slab's
+ * release then takes. A recycled heap opens them again (heap_inboxes_open),
+ * and keeps them among its ids: a message filled for the heap's earlier
+ * life may still be sent to it, and its next exit drains it.
  */
 void heap_messages_flush(struct thread_heap *h, bool exiting)
 {

@@ -1578,6 +1578,67 @@ static void test_message_to_exited_thread(void)
 }
 
 /*
+ * A message filled for a heap whose thread exits, sent after another thread
+ * has taken the heap over and never uses the cache: it waits in the open
+ * inbox, and that thread's exit drains it (the heap keeps the cache among
+ * the ids it visits, thread_heap.ids_used), the objects home by dwcas.
+ */
+static void test_message_to_recycled_heap(void)
+{
+	struct uslab_cache *c = uslab_cache_create("t-message-recycled", OBJ_SIZE, 0, 0, NULL);
+	struct uslab_cache *d = uslab_cache_create("t-message-other", OBJ_SIZE, 0, 0, NULL);
+	static void *objs[PER / 2], *dobj[1];
+	enum { TRIES = 64 };
+	static struct puppet p[TRIES + 1];
+	unsigned k;
+
+	REQUIRE(c != NULL && d != NULL);
+	puppet_start(&p[0]);
+	struct job j = { .c = c, .objs = objs, .n = PER / 2 };
+	puppet_run(&p[0], job_alloc, &j);
+	struct thread_heap *owner = j.heap;
+	CHECK(owner != NULL && ptr_to_slab(objs[0])->owner == owner);
+	uslab_cache_free(c, objs[3]);
+	uslab_cache_free(c, objs[4]);                 /* a message to owner, unsent */
+	puppet_stop(&p[0]);
+	CHECK_EQ(mailbox_peek(heap_inbox(owner, c->id)), MAILBOX_CLOSED);
+
+	/* threads that use only d until one gets owner's heap (a free heap is
+	 * taken first come; the others hold theirs meanwhile) */
+	struct job jd = { .c = d, .objs = dobj, .n = 1 };
+	for (k = 1; k <= TRIES; k++) {
+		puppet_start(&p[k]);
+		puppet_run(&p[k], job_alloc, &jd);
+		puppet_run(&p[k], job_free, &jd);
+		if (jd.heap == owner)
+			break;
+	}
+	REQUIRE(k <= TRIES);
+	CHECK_EQ(mailbox_peek(heap_inbox(owner, c->id)), 0);   /* open again */
+
+	uslab_thread_flush();                         /* the send finds it open */
+	CHECK(*heap_outbox(tls_heap, c->id) == NULL);
+	CHECK(mailbox_peek(heap_inbox(owner, c->id)) > MAILBOX_CLOSED);
+	CHECK_LIVE(c, PER / 2 - 2, 2);                /* in the message: still out */
+	for (unsigned i = k; i >= 1; i--)
+		puppet_stop(&p[i]);
+	/* the exit of the thread that had the heap drained and closed it */
+	CHECK_EQ(mailbox_peek(heap_inbox(owner, c->id)), MAILBOX_CLOSED);
+	struct word w = word_of(objs[0]);
+	CHECK(!w.frozen && w.inuse == PER / 2 - 2);
+	CHECK(w.freelist == objs[4] && fp_get(c, objs[4]) == objs[3]);
+	CHECK_EQ(uslab_cache_validate(c), 0);
+	CHECK_LIVE(c, PER / 2 - 2, 0);
+
+	objs[3] = objs[4] = NULL;
+	for (int i = 0; i < PER / 2; i++)
+		if (objs[i])
+			uslab_cache_free(c, objs[i]);
+	CHECK_EQ(uslab_cache_destroy(c), 0);
+	CHECK_EQ(uslab_cache_destroy(d), 0);
+}
+
+/*
  * A cache id used again by a cache with a smaller foreign budget: the cpu
  * slab's budget must start afresh. (It used to keep the old cache's: with
  * 1,024 left against a budget of 16, deactivate took the cached objects for
@@ -1645,6 +1706,7 @@ int main(void)
 	test_thread_exit_unfreezes();
 	test_remote_frees_by_message();
 	test_message_to_exited_thread();
+	test_message_to_recycled_heap();
 	test_foreign_budget_after_id_reuse();
 	test_validate_sees_damage();
 	puppet_stop(&other);

@@ -194,18 +194,20 @@ void slab_discard(struct uslab_cache *s, struct slab *slab)
 
 /*
  * The max-th object of chain p (1: p itself) when the chain has more than
- * max, each link an object of slab; NULL otherwise (the caller takes it
- * all, and a link that is no object is left for the pops' checks).
+ * max, each link an object of slab, and in *rest the object after it;
+ * NULL otherwise (the caller takes it all, and a link that is no object is
+ * left for the pops' checks).
  */
 static void *chain_cut_point(const struct uslab_cache *s, const struct slab *slab, void *p,
-			     unsigned max)
+			     unsigned max, void **rest)
 {
 	for (unsigned i = 1; p && i < max; i++) {
 		p = fp_get(s, p);
 		if (p && !object_offset_valid(s->obj_magic, s->obj_limit, (uintptr_t)p - slab->base))
 			return NULL;
 	}
-	return p && fp_get(s, p) ? p : NULL;
+	*rest = p ? fp_get(s, p) : NULL;
+	return *rest ? p : NULL;
 }
 
 /*
@@ -224,7 +226,7 @@ void *slab_take_freelist(struct uslab_cache *s, struct slab *slab, bool freeze, 
 			 unsigned *count)
 {
 	dword_t old = dwcas_read(&slab->xword), nw;
-	void *last;
+	void *last, *rest;
 
 	/* the owner's take of its frozen slab, or a freeze under list_lock */
 	ASSERT(freeze ? mutex_is_locked(&s->list_lock) : ctr_frozen(old.hi));
@@ -237,10 +239,11 @@ void *slab_take_freelist(struct uslab_cache *s, struct slab *slab, bool freeze, 
 			*count = 0;
 			return NULL;
 		}
-		last = max < ctr_objects(old.hi) ? chain_cut_point(s, slab, (void *)old.lo, max) : NULL;
+		last = max < ctr_objects(old.hi) ?
+			       chain_cut_point(s, slab, (void *)old.lo, max, &rest) : NULL;
 		if (last) {   /* max of them; the rest stay in the word */
 			*count = max;
-			nw.lo = (uintptr_t)fp_get(s, last);
+			nw.lo = (uintptr_t)rest;
 			nw.hi = ctr_make(ctr_inuse(old.hi) + max, ctr_objects(old.hi), true);
 		} else {
 			*count = ctr_objects(old.hi) - ctr_inuse(old.hi);

@@ -88,6 +88,7 @@ struct cpu_slab *cpu_slab_get(struct uslab_cache *s)
 	return heap_cpu_slab(h, s);
 }
 
+#if USLAB_ASSERTS >= 1
 /* Debug builds: every cache id of h's chunks outside ids_used has nothing
  * in h's cpu slab, outbox or inbox, and an open inbox (thread_heap). */
 static bool heap_ids_cover(struct thread_heap *h)
@@ -104,6 +105,7 @@ static bool heap_ids_cover(struct thread_heap *h)
 	}
 	return true;
 }
+#endif
 
 /* exiting: its thread exits (see heap_messages_flush) */
 static void heap_flush_all(struct thread_heap *h, bool exiting)
@@ -111,7 +113,9 @@ static void heap_flush_all(struct thread_heap *h, bool exiting)
 	run_cache_flush(&h->runs);
 	heap_messages_flush(h, exiting);
 	INTERLEAVE("flush:slabs");
+#if USLAB_ASSERTS >= 1
 	ASSERT(heap_ids_cover(h));
+#endif
 	for_each_heap_id(h, id) {
 		struct cpu_slab *c = &h->cpu[id];
 		/* a thread that only frees may hold cached objects and no

@@ -139,18 +139,6 @@ struct thread_heap {
 	struct cpu_slab cpu[MAX_CACHES]      /* ids below STATIC_IDS: malloc's classes */
 		__attribute__((aligned(CACHE_LINE)));
 	/*
-	 * Rows by cache, reached through heap_outbox/heap_inbox/heap_stat: the
-	 * message this thread is filling (owner only); the stack of messages
-	 * other threads sent here (pushed by any thread with a CAS, taken whole
-	 * by the owner; closed from its exit on); statistics, written by the
-	 * owner only (stat_add; heaps live for good, so these are never lost;
-	 * a new cache clears its row). The static caches' rows come first,
-	 * together, their statistics in the row order their creator gives
-	 * (malloc: start-up classes first): a short-lived program's heap is
-	 * then two pages written, its cpu slabs' and this one, not five. The
-	 * other caches' follow, by id.
-	 */
-	/*
 	 * Bit id % 64 of word id / 64 (a chunk's word): the heap's thread has
 	 * come to a slow path of cache id (cpu_slab_get), in this life of the
 	 * heap or an earlier one. Only those ids' cpu slabs, outboxes and
@@ -162,6 +150,18 @@ struct thread_heap {
 	 * visit these ids only (for_each_heap_id), not all 64 of a chunk.
 	 */
 	uint64_t ids_used[NR_CHUNKS];
+	/*
+	 * Rows by cache, reached through heap_outbox/heap_inbox/heap_stat: the
+	 * message this thread is filling (owner only); the stack of messages
+	 * other threads sent here (pushed by any thread with a CAS, taken whole
+	 * by the owner; closed from its exit on); statistics, written by the
+	 * owner only (stat_add; heaps live for good, so these are never lost;
+	 * a new cache clears its row). The static caches' rows come first,
+	 * together, their statistics in the row order their creator gives
+	 * (malloc: start-up classes first): a short-lived program's heap is
+	 * then two pages written, its cpu slabs' and this one, not five. The
+	 * other caches' follow, by id.
+	 */
 	struct run_cache runs;               /* freed large runs kept for reuse */
 	struct mailbox msg_returns;          /* its messages, drained: posted back by
 						their receivers, taken whole by the owner */

@@ -27,6 +27,9 @@
 /* refills a thread makes before its refills are handed out in address
  * order (cpu.c, refill_ordered) */
 #define ORDER_AFTER_REFILLS 64
+/* objects such a thread takes from a partial slab before that, at most
+ * (cpu.c, cold_refill_objects) */
+#define COLD_REFILL_MAX 16
 /* slabs a thread may keep frozen per cache besides its active one, in bytes
  * (api.c; USLAB_CPU_PARTIAL sets a count instead, at most CPU_PARTIAL_MAX) */
 #define CPU_PARTIAL_BYTES (512ul << 10)

@@ -567,7 +567,6 @@ static bool refill_ordered(void)
  * or a page's worth if that is fewer (at least 1). A new slab's first
  * refill builds a page's worth; taken from a chain, each one is a link
  * walked now and, if the thread exits without it, again then. */
-#define COLD_REFILL_MAX 16
 static unsigned cold_refill_objects(const struct uslab_cache *s)
 {
 	unsigned n = (unsigned)(os_page_size() / s->stride);

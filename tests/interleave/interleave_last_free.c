@@ -99,7 +99,7 @@ static void last_then_take(bool fork_too)
 	/* what other took: every free object, or a few while it has made few
 	 * refills (the rest stays in A's word: cpu.c, cold_refill_objects) */
 	unsigned held = ilv_inuse(a) - 1;
-	CHECK(held == PER - 1 || (held >= 1 && held <= 16));
+	CHECK(held == PER - 1 || (held >= 1 && held <= COLD_REFILL_MAX));
 	if (fork_too) {
 		x.child_problems = 0;
 		ilv_fork(ilv_child_check, &x, "with the emptying free parked before its dwcas");

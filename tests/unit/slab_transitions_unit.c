@@ -832,7 +832,7 @@ static void partial_refill_case(bool warm)
 	static void *objs[3 * PER];
 	struct job mk = { .c = c, .objs = objs, .n = 3, .live = 10 };
 	unsigned page = (unsigned)(os_page_size() / OBJ_SIZE);
-	unsigned took = warm ? PER - 10 : page < 16 ? page : 16;   /* cpu.c, COLD_REFILL_MAX */
+	unsigned took = warm ? PER - 10 : page < COLD_REFILL_MAX ? page : COLD_REFILL_MAX;
 	void *x;
 
 	REQUIRE(warm || (took > 1 && took < PER - 10));   /* a part of the chain */

@@ -257,18 +257,21 @@ USLAB_API long uslab_cache_validate(struct uslab_cache *s)
 	lock_ranked(&heaps_lock, RANK_HEAPS);
 	heaps_lock_each();   /* no thread flushes while its cpu slabs are read */
 	lock_ranked(&s->list_lock, RANK_LIST);
-	for (struct slab *p = s->partial; p; p = p->next) {
-		if (!p->on_partial) {
-			fprintf(stderr, "uslab: validate %s: slab %p on the list without on_partial\n",
-				s->name, (void *)p->base);
+	const struct slab *last = NULL;
+
+	for (struct slab *p = s->partial; p; last = p, p = p->next) {
+		if (!p->on_partial || p->prev != last) {
+			fprintf(stderr, "uslab: validate %s: slab %p on the list %s\n", s->name,
+				(void *)p->base, p->on_partial ? "with a wrong prev" : "without on_partial");
 			v.problems++;
 		}
 		if (++listed > s->nr_partial + 1)
 			break;
 	}
-	if (listed != s->nr_partial) {
-		fprintf(stderr, "uslab: validate %s: partial list has %zu slabs, nr_partial %lu\n",
-			s->name, listed, s->nr_partial);
+	if (listed != s->nr_partial || (listed <= s->nr_partial && s->partial_tail != last)) {
+		fprintf(stderr, "uslab: validate %s: partial list has %zu slabs, nr_partial %lu, "
+			"and its tail %s its last\n", s->name, listed, s->nr_partial,
+			s->partial_tail == last ? "is" : "is not");
 		v.problems++;
 	}
 	for (struct thread_heap *h = heaps; h; h = h->next)

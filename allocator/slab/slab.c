@@ -47,15 +47,35 @@ __attribute__((constructor)) static void fp_key_at_load(void)
 
 /* ---- partial list (list_lock held) ----------------------------------------- */
 
-static void add_partial(struct uslab_cache *s, struct slab *slab)
+/*
+ * A slab joins the list at its head, where partial_take looks, unless less
+ * than a sixteenth of it is free: then at the tail. A refill pays the lock
+ * and a freeze for what it takes, so a slab with a handful of free objects
+ * waits behind the others while the frees that made it partial go on
+ * arriving (a thread freeing a pool whose slabs it gave up). Slabs with
+ * more stay newest first: their objects are the warmest, and a refill that
+ * prefers the emptiest slabs spreads live objects over more of them.
+ */
+#define PARTIAL_TAIL_SHARE 16
+
+static void add_partial(struct uslab_cache *s, struct slab *slab, unsigned inuse)
 {
 	ASSERT(mutex_is_locked(&s->list_lock) && !slab->on_partial);
 	ASSERT(!ctr_frozen(dwcas_read(&slab->xword).hi));
-	slab->prev = NULL;
-	slab->next = s->partial;
-	if (s->partial)
-		s->partial->prev = slab;
-	WRITE_ONCE(s->partial, slab);   /* partial_take peeks without the lock */
+	if (s->partial && (s->objects - inuse) * PARTIAL_TAIL_SHARE < s->objects) {
+		slab->next = NULL;
+		slab->prev = s->partial_tail;
+		s->partial_tail->next = slab;
+		s->partial_tail = slab;
+	} else {
+		slab->prev = NULL;
+		slab->next = s->partial;
+		if (s->partial)
+			s->partial->prev = slab;
+		else
+			s->partial_tail = slab;
+		WRITE_ONCE(s->partial, slab);   /* partial_take peeks without the lock */
+	}
 	slab->on_partial = 1;
 	WRITE_ONCE(s->nr_partial, s->nr_partial + 1);   /* info reads it unlocked */
 }
@@ -69,6 +89,8 @@ static void remove_partial(struct uslab_cache *s, struct slab *slab)
 		WRITE_ONCE(s->partial, slab->next);
 	if (slab->next)
 		slab->next->prev = slab->prev;
+	else
+		s->partial_tail = slab->prev;
 	slab->next = slab->prev = NULL;
 	slab->on_partial = 0;
 	WRITE_ONCE(s->nr_partial, s->nr_partial - 1);
@@ -311,7 +333,7 @@ void slab_unfreeze(struct uslab_cache *s, struct slab *slab, void *head, void *t
 	stat_add(s, partial ? STAT_DEACTIVATE_PARTIAL :
 		    inuse ? STAT_DEACTIVATE_FULL : STAT_DEACTIVATE_EMPTY, 1);
 	if (partial) {
-		add_partial(s, slab);
+		add_partial(s, slab, inuse);
 		unlock_ranked(&s->list_lock, RANK_LIST);
 		return;
 	}
@@ -319,7 +341,7 @@ void slab_unfreeze(struct uslab_cache *s, struct slab *slab, void *head, void *t
 		return;   /* FULL: a remote free will find it */
 	lock_ranked(&s->list_lock, RANK_LIST);
 	if (s->nr_partial < s->min_partial) {
-		add_partial(s, slab);
+		add_partial(s, slab, 0);
 		slab = NULL;
 	}
 	unlock_ranked(&s->list_lock, RANK_LIST);
@@ -384,7 +406,7 @@ bool __slab_free(struct uslab_cache *s, struct slab *slab, void *head, void *tai
 		return false;
 	}
 	if (was_full)
-		add_partial(s, slab);
+		add_partial(s, slab, inuse);
 	unlock_ranked(&s->list_lock, RANK_LIST);
 	return false;
 }

@@ -139,6 +139,7 @@ struct uslab_cache {
 
 	mutex_t list_lock __attribute__((aligned(CACHE_LINE)));
 	struct slab *partial;          /* doubly linked, under list_lock */
+	struct slab *partial_tail;     /* its last slab */
 	unsigned long nr_partial;
 
 	atomic_long_t nr_slabs;

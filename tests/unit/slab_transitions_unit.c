@@ -717,6 +717,57 @@ static void test_full_remote_free_without_heap(void)
 	finish(c, objs, 3 * PER);
 }
 
+/*
+ * Where a slab joins the partial list: at the head, unless less than a
+ * sixteenth of it is free (slab.c, PARTIAL_TAIL_SHARE): then at the tail,
+ * behind the slabs a refill gets more from. Three FULL slabs take remote frees from a thread without a
+ * heap: A one object (head: the list is empty), B one (tail), C half of it
+ * (head): the list reads C, A, B, and a refill takes C.
+ */
+static void test_partial_list_order(void)
+{
+	struct uslab_cache *c = new_cache("t-partial-order");
+	static void *objs[4 * PER];
+
+	for (unsigned i = 0; i < 4 * PER; i++)
+		objs[i] = uslab_cache_alloc(c);       /* A, B, C FULL; D active and dry */
+	make_dry_full(c);
+	struct slab *a = ptr_to_slab(objs[0]), *b = ptr_to_slab(objs[PER]),
+		    *cs = ptr_to_slab(objs[2 * PER]);
+
+	CHECK(!__slab_free(c, a, objs[0], objs[0], 1, false));
+	CHECK(!__slab_free(c, b, objs[PER], objs[PER], 1, false));
+	void **co = &objs[2 * PER];
+	for (unsigned i = 1; i < PER / 2; i++)
+		fp_set(c, co[i], co[i - 1]);
+	CHECK(!__slab_free(c, cs, co[PER / 2 - 1], co[0], PER / 2, false));
+	objs[0] = objs[PER] = NULL;
+	for (unsigned i = 0; i < PER / 2; i++)
+		co[i] = NULL;
+
+	lock_ranked(&c->list_lock, RANK_LIST);
+	CHECK(c->partial == cs && cs->next == a && a->next == b && !b->next);
+	CHECK(c->partial_tail == b && b->prev == a && a->prev == cs && !cs->prev);
+	unlock_ranked(&c->list_lock, RANK_LIST);
+	CHECK_EQ(uslab_cache_validate(c), 0);
+
+	/* a refill takes C, with its half; given back, C is at the head again
+	 * and B still the tail */
+	void *chain, *tail;
+	unsigned n;
+	CHECK(partial_take(c, &chain, UINT_MAX, &n) == cs);
+	CHECK_EQ(n, PER / 2);
+	CHECK(c->partial == a && c->partial_tail == b && !a->prev);
+	for (tail = chain; fp_get(c, tail); tail = fp_get(c, tail))
+		;
+	slab_unfreeze(c, cs, chain, tail, n);
+	lock_ranked(&c->list_lock, RANK_LIST);
+	CHECK(c->partial == cs && cs->next == a && c->partial_tail == b);
+	unlock_ranked(&c->list_lock, RANK_LIST);
+	CHECK_EQ(uslab_cache_validate(c), 0);
+	finish(c, objs, 4 * PER);
+}
+
 /* A bulk free of a whole FULL slab: one dwcas freezes it with nothing in use;
  * the freer's flush then makes it EMPTY and keeps it. */
 static void test_bulk_free_full_slab(void)
@@ -1260,7 +1311,8 @@ static void test_flush_dry_cpu_partial(void)
 /*
  * A slab running dry with cpu_partial slabs already listed drains the whole
  * list first (dry ones FULL, the others PARTIAL), then is the list's only
- * slab; the refill then comes from the partial list (#7), newest first.
+ * slab; the refill then comes from the partial list (#7), the slab that
+ * joined it first (both have one free object: the second joins at the tail).
  */
 static void test_dry_overflow_drains(void)
 {
@@ -1287,21 +1339,23 @@ static void test_dry_overflow_drains(void)
 	CHECK_EQ(uslab_cache_validate(c), 0);
 	struct uslab_cache_info before = info_of(c);
 
+	/* slabs 0 and 1 joined the list with one free object each: slab 0
+	 * first (the list was empty), slab 1 at the tail */
 	void *x = uslab_cache_alloc(c);
-	CHECK(x == objs[PER + 5]);                    /* slab 1, the newer PARTIAL */
-	CHECK(cs->slab == sl[1] && cs->freelist == NULL);
+	CHECK(x == objs[5]);                          /* slab 0, the older PARTIAL */
+	CHECK(cs->slab == sl[0] && cs->freelist == NULL);
 	CHECK(cs->partial == sl[cp] && sl[cp]->next == NULL && cs->nr_partial == 1);
 	struct word w = word_of(objs[cp * PER]);
 	CHECK(w.frozen && !w.on_partial && w.freelist == NULL && sl[cp]->owner == tls_heap);
 	CHECK_EQ(w.inuse, PER);
-	w = word_of(objs[PER]);
+	w = word_of(objs[0]);
 	CHECK(w.frozen && !w.on_partial && w.freelist == NULL);
 	CHECK_EQ(w.inuse, PER);
-	CHECK(sl[1]->owner == tls_heap);
-	w = word_of(objs[0]);
-	CHECK(!w.frozen && w.on_partial && w.freelist == objs[5]);
+	CHECK(sl[0]->owner == tls_heap);
+	w = word_of(objs[PER]);
+	CHECK(!w.frozen && w.on_partial && w.freelist == objs[PER + 5]);
 	CHECK_EQ(w.inuse, PER - 1);
-	CHECK(sl[0]->owner == NULL && sl[0]->local_free == NULL);
+	CHECK(sl[1]->owner == NULL && sl[1]->local_free == NULL);
 	for (unsigned s = 2; s < cp; s++) {
 		w = word_of(objs[s * PER]);
 		CHECK(!w.frozen && !w.on_partial && w.freelist == NULL);   /* FULL */
@@ -1312,8 +1366,8 @@ static void test_dry_overflow_drains(void)
 	CHECK_EQ(info_of(c).slabs, before.slabs);
 	CHECK_EQ(info_of(c).live_objects, (cp + 1) * PER - 1);
 	CHECK_EQ(uslab_cache_validate(c), 0);
-	objs[5] = NULL;
-	objs[PER + 5] = x;
+	objs[PER + 5] = NULL;
+	objs[5] = x;
 	finish(c, objs, (cp + 1) * PER);
 }
 
@@ -1692,6 +1746,7 @@ int main(void)
 	test_full_remote_free_freezes();
 	test_owner_local_frees();
 	test_full_remote_free_without_heap();
+	test_partial_list_order();
 	test_bulk_free_full_slab();
 	test_partial_to_empty();
 	test_partial_to_frozen_on_refill();

@@ -66,9 +66,13 @@ static struct cpu_slab *cpu_owner_list(const struct uslab_cache *s, struct cpu_s
  * API's onto the slab's owner-local list. */
 static void slab_set_owner(const struct uslab_cache *s, struct slab *slab, struct cpu_slab *c)
 {
-	WRITE_ONCE(slab->owner_cpu, cpu_owner_list(s, c));
+	struct cpu_slab *list = cpu_owner_list(s, c);
+
 	WRITE_ONCE(slab->owner, tls_heap);
-	WRITE_ONCE(slab->owner_tp, thread_self());
+	for (unsigned i = 0, n = slab_owner_units(slab); i < n; i++) {
+		WRITE_ONCE(slab[i].owner_cpu, list);
+		WRITE_ONCE(slab[i].owner_tp, thread_self());
+	}
 }
 
 /* The last object of chain p (NULL if it is empty); its length is added to

@@ -156,6 +156,14 @@ static unsigned validate_owner(struct validate *v, struct slab *slab, bool froze
 		VPROBLEM(v, slab, "owned by a thread but not frozen");
 	if (!frozen && slab->local_free)
 		VPROBLEM(v, slab, "unfrozen with an owner-local freelist");
+	for (unsigned i = 1; i < slab->nunits; i++) {
+		bool copy = i < slab_owner_units(slab);
+
+		if (READ_ONCE(slab[i].owner_tp) != (copy ? READ_ONCE(slab->owner_tp) : 0) ||
+		    READ_ONCE(slab[i].owner_cpu) != (copy ? READ_ONCE(slab->owner_cpu) : NULL))
+			VPROBLEM(v, slab, "unit %u's owner fields are not %s", i,
+				 copy ? "the head's" : "clear");
+	}
 	unsigned priv = walk_chain(v, slab, slab->local_free, seen, "owner-local", false);
 	if (owner && heap_has_chunk(owner, s)) {
 		struct cpu_slab *c = heap_cpu_slab(owner, s);

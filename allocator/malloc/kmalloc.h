@@ -285,24 +285,27 @@ static __always_inline void kfree(void *p, const char *call)
 
 		if (likely(object_offset_valid(desc_at(seg, d)->kfree_magic,
 					       desc_at(seg, d)->kfree_limit, off))) {
-			struct slab *slab = READ_ONCE(desc_at(seg, d)->head);
 			uintptr_t mark = free_mark;
 
 			if (unlikely(free_marked(p)))
 				goto slow;
-			if (likely(READ_ONCE(slab->owner_tp) == thread_self())) {
-				uslab_cpu_link_(cpu_fast(READ_ONCE(slab->owner_cpu)), p, 0,
+			/* p's own unit's descriptor has the slab's owner fields
+			 * (slab_owner_units): no load of the head on this way */
+			if (likely(READ_ONCE(desc_at(seg, d)->owner_tp) == thread_self())) {
+				uslab_cpu_link_(cpu_fast(READ_ONCE(desc_at(seg, d)->owner_cpu)), p, 0,
 						fp_key_get());
 				kfree_mark(p, mark);
 				return;
 			} else {
+				struct slab *slab = READ_ONCE(desc_at(seg, d)->head);
 				struct uslab_cache *s = slab->cache;
 				/* a fresh load, so that the owner test above can compare
 				 * against memory instead of keeping the heap in a register */
 				struct thread_heap *h = READ_ONCE(tls_heap);
 				struct cpu_slab *c = (struct cpu_slab *)((char *)h + s->cpu_offset);
+				uintptr_t owner = READ_ONCE(slab->owner_tp);
 
-				if (READ_ONCE(slab->owner_tp)) {
+				if (owner) {
 					if (likely(outbox_add(h, s, slab, p))) {
 						kfree_mark(p, mark);
 						return;

@@ -343,6 +343,8 @@ static void descs_clear(struct segment *seg, unsigned first, unsigned n)
 
 		WRITE_ONCE(d->kfree_limit, 0);
 		WRITE_ONCE(d->kfree_magic, 0);
+		WRITE_ONCE(d->owner_tp, 0);
+		WRITE_ONCE(d->owner_cpu, NULL);
 		WRITE_ONCE(d->base, 0);
 		WRITE_ONCE(d->kind, SLAB_KIND_FREE);
 		WRITE_ONCE(d->cache, NULL);
@@ -824,7 +826,8 @@ long segment_check_descs(bool (*has_free_check)(const struct slab *head))
 
 			if (bit(seg->free_map, i)) {
 				if (d->head || d->kind != SLAB_KIND_FREE || d->base ||
-				    d->kfree_magic || d->kfree_limit || d->cache)
+				    d->kfree_magic || d->kfree_limit || d->cache || d->owner_tp ||
+				    d->owner_cpu)
 					DPROBLEM(seg, i, "free unit, descriptor not clear");
 				i++;
 			} else if (d->head != d || d->kind == SLAB_KIND_FREE) {

@@ -12,8 +12,8 @@
  *   |  .desc[N] ------------> one struct slab per unit (tails point to head)
  *   +------------------+--------+--------+-----+--------+
  *   A free unit's descriptor has head NULL, kind FREE and no free-check
- *   fields, as a zero page reads: a new segment writes only the descriptor
- *   pages of the units it hands out.
+ *   or owner fields, as a zero page reads: a new segment writes only the
+ *   descriptor pages of the units it hands out.
  *
  *   pointer -> descriptor:  seg  = p & ~(SEG_SIZE - 1)
  *                           head = seg->desc[(p - seg) >> UNIT_SHIFT].head
@@ -55,8 +55,9 @@ struct cpu_slab;
  * A unit's descriptor. This layer owns head, kind and nunits (and clears
  * every field of a unit that leaves its run); the slab layer (slab/slab.h)
  * owns the rest of a slab's head descriptor: the coupled word and its lists;
- * the cache layer the owner fields. base and the free-check fields are in
- * every unit of a run whose objects malloc's free may take.
+ * the cache layer the owner fields. base, the free-check fields and
+ * owner_tp and owner_cpu are in every unit of a run whose objects malloc's
+ * free may take.
  */
 struct slab {
 	/* first cache line: everything malloc's free fast path reads */

@@ -275,11 +275,25 @@ static inline unsigned object_index(const struct uslab_cache *s, uintptr_t off)
 
 /* ---- owner fields (docs/slab.md: ownership) ----------------------------------------- */
 
+/*
+ * malloc's free reads owner_tp and owner_cpu in the descriptor of the unit
+ * its object is in, so a malloc slab of several units has them in each
+ * (slab_set_owner, slab_clear_owner); any other slab only in its head.
+ */
+static inline unsigned slab_owner_units(const struct slab *slab)
+{
+	return slab->kfree_magic ? slab->nunits : 1;
+}
+
 static inline void slab_clear_owner(struct slab *slab)
 {
-	WRITE_ONCE(slab->owner_tp, 0);
+	unsigned n = slab_owner_units(slab);
+
+	for (unsigned i = 0; i < n; i++)
+		WRITE_ONCE(slab[i].owner_tp, 0);
 	WRITE_ONCE(slab->owner, NULL);
-	WRITE_ONCE(slab->owner_cpu, NULL);
+	for (unsigned i = 0; i < n; i++)
+		WRITE_ONCE(slab[i].owner_cpu, NULL);
 }
 
 /* ---- slab life and the word (slab.c) ----------------------------------------------- */

@@ -67,7 +67,7 @@ static void check_fresh_segment_pages(void)
 
 /* A small class whose slab spans several units: an object in a later unit is
  * freed by malloc's fast path from that unit's own descriptor, which carries
- * the head's free-check fields. */
+ * the head's free-check and owner fields. */
 static void check_tail_unit_objects(void)
 {
 	enum { MAX = 4096 };
@@ -102,6 +102,10 @@ static void check_tail_unit_objects(void)
 			CHECK_EQ(d->kind, SLAB_KIND_TAIL);
 			CHECK(d->base == s->base);
 			CHECK(d->kfree_magic == s->kfree_magic && d->kfree_limit == s->kfree_limit);
+			/* our active slab: its owner fields too, which free's
+			 * owner test reads there */
+			CHECK(s->owner_tp == thread_self());
+			CHECK(d->owner_tp == s->owner_tp && d->owner_cpu == s->owner_cpu);
 			tail_at = n;
 		}
 		n++;

@@ -6,7 +6,7 @@
  *
  * Call tree of an allocation (uslab.h and malloc/kmalloc.h have the fast
  * paths, which end in cache_alloc_slow when the freelist is empty):
- *   cache_alloc_slow -> cpu_refill -> inbox_drain (remote.c)
+ *   cache_alloc_slow -> cpu_refill -> inbox_take (remote.c)
  *                                  -> refill_from_active -> slab_take_private, slab_build_more
  *                                  -> refill_slab -> cpu-partial, partial_take, slab_new
  * and of a free outside the active slab:
@@ -478,15 +478,18 @@ static void *slab_build_more(struct uslab_cache *s, struct slab *slab, unsigned 
 /*
  * The active slab's own frees first (owner-local, then remote), then, while
  * it is not fully built, more objects after them: the chain for the cpu
- * freelist, NULL when the slab is dry.
+ * freelist, NULL when the slab is dry, or, with objects other threads sent
+ * back (reused of them, on their way to the freelist), when reuse comes
+ * first (slab_build_more).
  */
-static void *refill_from_active(struct uslab_cache *s, struct slab *slab, unsigned *count)
+static void *refill_from_active(struct uslab_cache *s, struct slab *slab, unsigned reused,
+				unsigned *count)
 {
 	void *freelist = slab_take_private(s, slab, count);
 
 	if (slab->built < s->objects) {
 		unsigned more, back = 0;
-		void *built = slab_build_more(s, slab, *count, &more);
+		void *built = slab_build_more(s, slab, *count + reused, &more);
 
 		/* after the objects freed back: they are the warm ones */
 		if (built && freelist)
@@ -624,13 +627,20 @@ static struct slab *refill_slab(struct uslab_cache *s, struct cpu_slab *c, void 
 
 /* Objects from c's slabs onto its empty freelist, *count of them: the
  * active slab's, else another slab made active; false (ENOMEM) when there
- * are none. */
-static bool cpu_refill_slabs(struct uslab_cache *s, struct cpu_slab *c, unsigned *count)
+ * are none. With reused objects sent back by other threads to go on the
+ * freelist too, none is fine. */
+static bool cpu_refill_slabs(struct uslab_cache *s, struct cpu_slab *c, unsigned reused,
+			     unsigned *count)
 {
 	void *freelist = NULL;
 
+	*count = 0;
+	if (reused && !c->slab)
+		return true;
 	if (c->slab) {
-		freelist = refill_from_active(s, c->slab, count);
+		freelist = refill_from_active(s, c->slab, reused, count);
+		if (!freelist && reused)
+			return true;
 		if (!freelist) {
 			struct slab *dry = c->slab;
 
@@ -653,34 +663,50 @@ static bool cpu_refill_slabs(struct uslab_cache *s, struct cpu_slab *c, unsigned
 
 /*
  * Put objects on c's empty freelist; false (ENOMEM) when there are none.
- * The owner's frees put aside (cpu_aside) come first, the warmest; from its
- * slabs too when they are fewer than half a slab's objects, so that a
- * thread that frees what it allocates in turn comes here at most every
- * half slab.
+ * The warm ones come first: the owner's frees put aside (cpu_aside), and
+ * the objects other threads' messages sent back to its slabs, all of them
+ * whatever slabs they are of (on their slabs' owner-local lists, a refill
+ * would take one slab's few). Then the slabs': while the frees put aside
+ * are fewer than half a slab's objects, so that a thread that frees what
+ * it allocates in turn comes here at most every half slab; with objects
+ * sent back, what the active slab has freed, building more of it only as
+ * reuse allows (slab_build_more).
  */
 static bool cpu_refill(struct uslab_cache *s, struct cpu_slab *c)
 {
-	unsigned count, more = 0;
+	unsigned count, sent = 0, more = 0;
+	void *back = NULL, *back_tail = NULL;
 
 	tls_heap->refills++;
 	if (mailbox_peek(heap_inbox(tls_heap, s->id)))
-		inbox_drain(tls_heap, s->id, false);   /* onto the local lists taken below */
+		back = inbox_take(tls_heap, s->id, &back_tail, &sent);
 	c->foreign_left = s->foreign_max;   /* every foreign object has been reused */
 	cpu_stats_fold(s, c, 0, 0);
 	void *aside = cpu_aside_take(s, c, &count);
-	bool enough = aside && count >= s->objects / 2;
 
 	if (aside)
 		stat_add(s, STAT_FREE_FAST, count);
-	if (!enough && !cpu_refill_slabs(s, c, &more) && !aside) {
+	if (back) {   /* behind the frees put aside, the warmer */
+		unsigned walked = 0;
+
+		if (aside)
+			fp_set(s, chain_last(s, aside, &walked), back);
+		else
+			aside = back;
+		count += sent;
+	}
+	bool enough = aside && count >= s->objects / 2;
+
+	if (!enough && !cpu_refill_slabs(s, c, sent, &more) && !aside) {
 		cpu_cached_publish(s, c, 0);
 		return false;
 	}
 	if (aside) {
+		void *last = back ? back_tail : NULL;
 		unsigned walked = 0;
 
 		if (c->freelist)
-			fp_set(s, chain_last(s, aside, &walked), c->freelist);
+			fp_set(s, last ? last : chain_last(s, aside, &walked), c->freelist);
 		c->freelist = aside;
 	}
 	count += more;

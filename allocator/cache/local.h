@@ -63,6 +63,7 @@ static inline void slab_free_chain(struct uslab_cache *s, struct cpu_slab *c, st
 
 /* remote.c */
 void inbox_drain(struct thread_heap *h, unsigned id, bool close);
+void *inbox_take(struct thread_heap *h, unsigned id, void **tail, unsigned *n);
 void outbox_send(struct thread_heap *h, unsigned id);
 void heap_messages_flush(struct thread_heap *h, bool exiting);
 void heap_messages_drop(struct thread_heap *h, struct uslab_cache *s);

@@ -7,8 +7,9 @@
  * inline, free_by_message here), and posts the message to the heap's inbox
  * for the cache when it is full, when the next object has another owner,
  * or at flush. The owner takes its inbox in its allocation slow path and
- * puts the objects on its slabs' owner-local lists: only the owner writes
- * its objects, and the freeing thread touches none.
+ * puts the objects on its cpu freelist (inbox_take; other drains put them
+ * on their slabs' owner-local lists): only the owner writes its objects,
+ * and the freeing thread touches none.
  *
  * Invariants. An object in a message is counted in use by its slab's word
  * and is on no freelist: between its free and the owner's drain it is the
@@ -58,10 +59,20 @@ static void msg_put(struct thread_heap *h, struct remote_msg *m)
 	mailbox_post(&m->from->msg_returns, &m->node);   /* release: see msg_get */
 }
 
-/* Objects of m not taken by owner h (NULL: none) go home by dwcas, runs of
- * one slab together; c (if not NULL) may freeze FULL slabs onto its list. */
+/* A chain of objects, linked through their free pointers, and its length. */
+struct chain {
+	void *head, *tail;
+	unsigned n;
+};
+
+/*
+ * Objects of m not taken by owner (NULL: none) go home by dwcas, runs of
+ * one slab together; c (if not NULL) may freeze FULL slabs onto its list.
+ * The owner's go on their slabs' owner-local lists, or, with to, onto that
+ * chain (for the cpu freelist).
+ */
 static void msg_free_objects(struct uslab_cache *s, struct remote_msg *m, struct thread_heap *owner,
-			     struct cpu_slab *c)
+			     struct cpu_slab *c, struct chain *to)
 {
 	long local = 0;
 
@@ -76,16 +87,22 @@ static void msg_free_objects(struct uslab_cache *s, struct remote_msg *m, struct
 			fp_set(s, m->obj[j], head);
 			head = m->obj[j];
 		}
-		if (owner && READ_ONCE(slab->owner) == owner) {
+		if (!owner || READ_ONCE(slab->owner) != owner) {
+			slab_free_chain(s, c, slab, head, tail, j - i);
+		} else if (to) {
+			fp_set(s, tail, to->head);
+			if (!to->head)
+				to->tail = tail;
+			to->head = head;
+			to->n += j - i;
+		} else {
 			void *top = slab->local_free;
 
 			if (unlikely(top && (top == head || top == tail)))
 				uslab_fatal(cache_free_call(s), top, "double free");
 			cpu_local_push(s, c, slab, head, tail, j - i);
 			local += j - i;
-			continue;
 		}
-		slab_free_chain(s, c, slab, head, tail, j - i);
 	}
 	if (local) {   /* counted as remote frees when freed */
 		stat_add(s, STAT_FREE_LOCAL, -local);
@@ -103,7 +120,7 @@ static void msg_send(struct thread_heap *h, struct remote_msg *m)
 	INTERLEAVE("msg:post");
 	/* release: the owner's acquiring take sees the message filled */
 	if (!mailbox_post(heap_inbox(m->to, s->id), &m->node)) {
-		msg_free_objects(s, m, NULL, cpu_slab_get(s));
+		msg_free_objects(s, m, NULL, cpu_slab_get(s), NULL);
 		msg_put(h, m);
 	}
 }
@@ -119,13 +136,14 @@ void outbox_send(struct thread_heap *h, unsigned id)
 }
 
 /* A list of messages done with: their objects onto owner's slabs (owner:
- * the calling thread's heap) or, with none, home by dwcas; each message
- * back to its sender. */
-static void msgs_free(struct remote_msg *m, struct thread_heap *owner)
+ * the calling thread's heap; with to, onto that chain) or, with none, home
+ * by dwcas; each message back to its sender. */
+static void msgs_free(struct remote_msg *m, struct thread_heap *owner, struct chain *to)
 {
 	for (struct remote_msg *next; m; m = next) {
 		next = msg_next(m);
-		msg_free_objects(m->cache, m, owner, owner ? heap_cpu_slab(owner, m->cache) : NULL);
+		msg_free_objects(m->cache, m, owner, owner ? heap_cpu_slab(owner, m->cache) : NULL,
+				 to);
 		msg_put(tls_heap, m);
 	}
 }
@@ -137,7 +155,24 @@ void inbox_drain(struct thread_heap *h, unsigned id, bool close)
 	struct mailbox *box = heap_inbox(h, id);
 
 	/* acquire (take or close): pairs with each sender's release in msg_send */
-	msgs_free((struct remote_msg *)(close ? mailbox_close(box) : mailbox_take(box)), h);
+	msgs_free((struct remote_msg *)(close ? mailbox_close(box) : mailbox_take(box)), h, NULL);
+}
+
+/*
+ * Owner h, refilling cache id: take its messages and hand back their
+ * objects of slabs it still owns as one chain, *n of them, its last in
+ * *tail (NULL if none), for the cpu freelist: the next allocations take
+ * them all, rather than one slab's owner-local list a refill.
+ */
+void *inbox_take(struct thread_heap *h, unsigned id, void **tail, unsigned *n)
+{
+	struct chain to = { NULL, NULL, 0 };
+
+	/* acquire: pairs with each sender's release in msg_send */
+	msgs_free((struct remote_msg *)mailbox_take(heap_inbox(h, id)), h, &to);
+	*tail = to.tail;
+	*n = to.n;
+	return to.head;
 }
 
 /*
@@ -184,10 +219,10 @@ void heap_messages_drop(struct thread_heap *h, struct uslab_cache *s)
 	*box = NULL;
 	if (m) {
 		m->node.next = NULL;
-		msgs_free(m, NULL);
+		msgs_free(m, NULL, NULL);
 	}
 	/* a closed inbox stays closed */
-	msgs_free((struct remote_msg *)mailbox_take(heap_inbox(h, s->id)), NULL);
+	msgs_free((struct remote_msg *)mailbox_take(heap_inbox(h, s->id)), NULL, NULL);
 }
 
 /* Objects a message of s's takes: MSG_BYTES of them, 1 to MSG_OBJS. */

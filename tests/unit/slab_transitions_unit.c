@@ -1553,15 +1553,15 @@ static void test_remote_frees_by_message(void)
 	CHECK_EQ(uslab_cache_validate(c), 0);
 
 	/* the owner's next slow-path allocation takes its inbox: the objects go
-	 * on the slab's owner-local list, and come back last freed first */
+	 * on its cpu freelist, last freed first */
 	other_do(job_alloc, c, again, 1);
 	CHECK(again[0] == objs[4]);
 	CHECK_EQ(mailbox_peek(heap_inbox(owner, c->id)), 0);
 	w = word_of(objs[0]);
 	CHECK(w.frozen && w.freelist == w0.freelist && w.inuse == PER);   /* still no dwcas */
 	CHECK_EQ(uslab_cache_validate(c), 0);
-	/* on the puppet's private list: objs[3] alone; the refill found
-	 * objects freed back, so it builds no more of the slab (reuse first) */
+	/* on the puppet's cpu freelist: objs[3] alone; the refill had
+	 * objects sent back, so it builds no more of the slab (reuse first) */
 	CHECK_EQ(ptr_to_slab(objs[0])->built, PER / 2);
 	CHECK_EQ(ptr_to_slab(objs[0])->reuse_refills, 1);
 	CHECK_LIVE(c, PER / 2 - 1, 1);

@@ -634,7 +634,6 @@ static bool cpu_refill_slabs(struct uslab_cache *s, struct cpu_slab *c, unsigned
 {
 	void *freelist = NULL;
 
-	*count = 0;
 	if (reused && !c->slab)
 		return true;
 	if (c->slab) {
@@ -702,11 +701,10 @@ static bool cpu_refill(struct uslab_cache *s, struct cpu_slab *c)
 		return false;
 	}
 	if (aside) {
-		void *last = back ? back_tail : NULL;
 		unsigned walked = 0;
 
 		if (c->freelist)
-			fp_set(s, last ? last : chain_last(s, aside, &walked), c->freelist);
+			fp_set(s, back ? back_tail : chain_last(s, aside, &walked), c->freelist);
 		c->freelist = aside;
 	}
 	count += more;

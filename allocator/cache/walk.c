@@ -276,7 +276,7 @@ USLAB_API long uslab_cache_validate(struct uslab_cache *s)
 		if (++listed > s->nr_partial + 1)
 			break;
 	}
-	if (listed != s->nr_partial || (listed <= s->nr_partial && s->partial_tail != last)) {
+	if (listed != s->nr_partial || s->partial_tail != last) {
 		fprintf(stderr, "uslab: validate %s: partial list has %zu slabs, nr_partial %lu, "
 			"and its tail %s its last\n", s->name, listed, s->nr_partial,
 			s->partial_tail == last ? "is" : "is not");

@@ -303,9 +303,8 @@ static __always_inline void kfree(void *p, const char *call)
 				 * against memory instead of keeping the heap in a register */
 				struct thread_heap *h = READ_ONCE(tls_heap);
 				struct cpu_slab *c = (struct cpu_slab *)((char *)h + s->cpu_offset);
-				uintptr_t owner = READ_ONCE(slab->owner_tp);
 
-				if (owner) {
+				if (READ_ONCE(slab->owner_tp)) {
 					if (likely(outbox_add(h, s, slab, p))) {
 						kfree_mark(p, mark);
 						return;

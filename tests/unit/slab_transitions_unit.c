@@ -720,9 +720,10 @@ static void test_full_remote_free_without_heap(void)
 /*
  * Where a slab joins the partial list: at the head, unless less than a
  * sixteenth of it is free (slab.c, PARTIAL_TAIL_SHARE): then at the tail,
- * behind the slabs a refill gets more from. Three FULL slabs take remote frees from a thread without a
- * heap: A one object (head: the list is empty), B one (tail), C half of it
- * (head): the list reads C, A, B, and a refill takes C.
+ * behind the slabs a refill gets more from. Three FULL slabs take remote
+ * frees from a thread without a heap: A one object (head: the list is
+ * empty), B one (tail), C half of it (head): the list reads C, A, B, and a
+ * refill takes C.
  */
 static void test_partial_list_order(void)
 {
@@ -1579,6 +1580,33 @@ static void test_remote_frees_by_message(void)
 	CHECK_EQ(uslab_cache_destroy(c), 0);
 }
 
+/* Objects sent back to two of the owner's slabs, its dry one and its active
+ * one, come back in its one next refill, both on its cpu freelist: not one
+ * slab's owner-local list a refill, with a new object built for the next. */
+static void test_message_to_two_slabs(void)
+{
+	struct uslab_cache *c = uslab_cache_create("t-message-two", OBJ_SIZE, 0, 0, NULL);
+	static void *objs[PER + PER / 2];
+	void *again[2];
+
+	REQUIRE(c != NULL);
+	struct job *j = other_do(job_alloc, c, objs, PER + PER / 2);
+	struct slab *dry = ptr_to_slab(objs[0]), *active = ptr_to_slab(objs[PER]);
+	REQUIRE(j->snap.slab == active && j->snap.freelist == NULL);
+	CHECK(dry->owner == active->owner && dry->owner != tls_heap);
+
+	uslab_cache_free(c, objs[3]);                 /* one message, two runs */
+	uslab_cache_free(c, objs[PER + 3]);
+	uslab_thread_flush();
+	other_do(job_alloc, c, again, 2);
+	CHECK(again[0] == objs[PER + 3] && again[1] == objs[3]);
+	CHECK_EQ(active->built, PER / 2);             /* nothing built for them */
+	CHECK_EQ(uslab_cache_validate(c), 0);
+	other_do(job_free, c, objs, PER + PER / 2);
+	CHECK_EQ(uslab_cache_validate(c), 0);
+	CHECK_EQ(uslab_cache_destroy(c), 0);
+}
+
 /* A message addressed to a thread that exits before it is sent: the exit
  * closes the inbox, and the sender frees the objects through their slab's
  * word instead. Destroy sends nobody's messages but frees them too. */
@@ -1760,6 +1788,7 @@ int main(void)
 	test_exit_dry_full();
 	test_thread_exit_unfreezes();
 	test_remote_frees_by_message();
+	test_message_to_two_slabs();
 	test_message_to_exited_thread();
 	test_message_to_recycled_heap();
 	test_foreign_budget_after_id_reuse();

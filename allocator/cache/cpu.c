@@ -510,19 +510,49 @@ static void *refill_from_active(struct uslab_cache *s, struct slab *slab, unsign
  * allocate the lowest free region, do so always). The walk reads each
  * object's link and the relink writes it: lines the allocations that
  * follow touch anyway - for a thread that allocates by the slab
- * (refill_ordered, the caller's test). A chain that is not count distinct
- * objects of the slab (a free object written to) is left as it is, for the
- * pops' checks.
+ * (refill_ordered, the caller's test). A chain already in address order,
+ * rising or falling (a run of objects allocated together and freed in the
+ * order they came, or the reverse), is left as it is: the walk writes
+ * nothing. So is a chain that is not count distinct objects of the slab (a
+ * free object written to), for the pops' checks.
  * Not for a debug cache, whose free objects carry checks of their own.
  */
 #define ORDER_MAX_OBJECTS 1024
+
+/* Whether chain, count objects of slab, is in address order already,
+ * rising or falling: a walk that stops at the first turn, so a chain in
+ * the order of random frees costs a few links. */
+static bool chain_monotonic(const struct uslab_cache *s, const struct slab *slab, void *chain,
+			   unsigned count)
+{
+	uintptr_t span = (uintptr_t)s->objects * s->stride, prev = (uintptr_t)chain;
+	bool up = true, down = true;
+	unsigned n = 1;
+
+	if (prev - slab->base >= span)
+		return false;
+	for (void *p = fp_get(s, chain); p; p = fp_get(s, p), n++) {
+		uintptr_t q = (uintptr_t)p;
+
+		/* (the slab's own memory only: the pops check the rest) */
+		if (q - slab->base >= span || n >= count)
+			return false;
+		up &= q > prev;
+		down &= q < prev;
+		if (!up && !down)
+			return false;
+		prev = q;
+	}
+	return n == count;
+}
+
 static void *chain_in_order(struct uslab_cache *s, struct slab *slab, void *chain, unsigned count)
 {
 	uint64_t map[ORDER_MAX_OBJECTS / 64] = { 0 };
 	unsigned n = 0;
 
 	if (count < s->objects / 2 || count < 16 || s->objects > ORDER_MAX_OBJECTS ||
-	    (s->flags & CACHE_DEBUG))
+	    (s->flags & CACHE_DEBUG) || chain_monotonic(s, slab, chain, count))
 		return chain;
 	for (void *p = chain; p && n <= count; p = fp_get(s, p), n++) {
 		uintptr_t off = (uintptr_t)p - slab->base;

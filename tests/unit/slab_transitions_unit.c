@@ -1259,6 +1259,52 @@ static void test_refill_in_address_order(void)
 }
 
 /*
+ * A chain in address order already - a slab's objects freed in the order
+ * they were allocated (the list then falls) or the reverse (it rises) - is
+ * handed out as it is, not relinked (chain_ordered does not count it).
+ */
+static void refill_kept_order_case(bool falling)
+{
+	struct uslab_cache *c = new_cache(falling ? "t-order-falling" : "t-order-rising");
+	unsigned saved = tls_heap->refills;
+	static void *objs[3 * PER];
+	unsigned n = 0;
+
+	for (; n < PER + 1; n++)
+		objs[n] = uslab_cache_alloc(c);       /* A dry, B active */
+	struct slab *a = ptr_to_slab(objs[0]);
+	CHECK(on_cpu_partial(this_cpu_slab(c), a));
+	long ordered = heap_stat(tls_heap, c)[STAT_CHAIN_ORDERED];
+
+	for (unsigned i = 1; i < PER; i++) {       /* all of A's but its first */
+		unsigned k = falling ? i : PER - i;
+
+		uslab_cache_free(c, objs[k]);
+		objs[k] = NULL;
+	}
+	for (unsigned i = 1; i < PER; i++)            /* B runs out */
+		objs[n++] = uslab_cache_alloc(c);
+	tls_heap->refills = ORDER_AFTER_REFILLS;
+	for (unsigned i = 1; i < PER; i++) {         /* A's 63, as they were freed, the last first */
+		void *x = uslab_cache_alloc(c);
+		unsigned k = falling ? PER - i : i;
+
+		CHECK(x == (char *)a->base + (size_t)k * OBJ_SIZE);
+		objs[n++] = x;
+	}
+	CHECK_EQ(heap_stat(tls_heap, c)[STAT_CHAIN_ORDERED], ordered);
+	CHECK_EQ(uslab_cache_validate(c), 0);
+	tls_heap->refills = saved;
+	finish(c, objs, n);
+}
+
+static void test_refill_keeps_address_order(void)
+{
+	refill_kept_order_case(true);
+	refill_kept_order_case(false);
+}
+
+/*
  * uslab_thread_flush of a thread with dry slabs on its cpu-partial list: a
  * dry slab with nothing free goes FULL (#5), one with owner-local or remote
  * frees goes PARTIAL (#4).
@@ -1783,6 +1829,7 @@ int main(void)
 	test_dry_slab_remote_frees();
 	test_cpu_partial_order();
 	test_refill_in_address_order();
+	test_refill_keeps_address_order();
 	test_flush_dry_cpu_partial();
 	test_dry_overflow_drains();
 	test_exit_dry_full();

@@ -259,8 +259,14 @@ void kfree_direct(void *p, const char *call)
 	if (unlikely(free_marked(p)))
 		uslab_fatal(call, p, "double free");
 	kfree_mark(p, free_mark);
-	/* owner-local, cached as foreign (flushing, or making the heap, first),
+	/* a block of the calling thread's own slab: where kfree's inline path
+	 * puts one (a block it sent here for its second word's low byte above
+	 * all); else cached as foreign (flushing, or making the heap, first),
 	 * or home at once for small objects of another thread's slab */
+	if (READ_ONCE(slab->owner_tp) == thread_self()) {
+		uslab_cpu_link_(cpu_fast(READ_ONCE(slab->owner_cpu)), p, 0, fp_key_get());
+		return;
+	}
 	slab_free_slow(s, slab, p);
 }
 

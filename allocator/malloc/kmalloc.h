@@ -262,8 +262,9 @@ static __always_inline void *kmalloc_direct(size_t n)
 
 /*
  * The fast path takes a valid object of malloc's (kfree_magic is 0 for
- * every other slab) that is not free already (its second word is not the
- * free mark: a double free, wherever the block waits) of a slab this thread
+ * every other slab) that is not free already (its second word's low byte
+ * is not the free mark's: free_mark_maybe; the slow path tells a double
+ * free, wherever the block waits, by the whole word) of a slab this thread
  * owns — onto its cpu freelist for the class (slab->owner_cpu), whatever
  * slab of the class it is, so that the next malloc of the class takes it
  * back while its lines are still in cache — of a slab another thread owns,
@@ -287,7 +288,7 @@ static __always_inline void kfree(void *p, const char *call)
 					       desc_at(seg, d)->kfree_limit, off))) {
 			uintptr_t mark = free_mark;
 
-			if (unlikely(free_marked(p)))
+			if (unlikely(free_mark_maybe(p, mark)))
 				goto slow;
 			/* p's own unit's descriptor has the slab's owner fields
 			 * (slab_owner_units): no load of the head on this way */

@@ -33,7 +33,9 @@ uintptr_t fp_key_setup(void)
 	if (likely(key))
 		return key;
 	/* the mark first: a thread that sees the key sees it too */
-	try_cmpxchg_acq_rel(&free_mark, &mark, (uintptr_t)os_random64() | 1);
+	uintptr_t r = (uintptr_t)os_random64();
+
+	try_cmpxchg_acq_rel(&free_mark, &mark, (r & ~(uintptr_t)0xff) | FREE_MARK_BYTE(r >> 8));
 	key = (uintptr_t)os_random64();
 	if (!try_cmpxchg_acq_rel(&fp_key, &none, key))
 		key = none;

@@ -201,17 +201,36 @@ uintptr_t fp_key_setup(void);
  * The free mark: what a free malloc object keeps in its second word, from
  * its free until its next allocation (which clears it), wherever it waits -
  * a cpu freelist, an owner-local list, a message, a slab's freelist. A free
- * that finds it is a double free (kmalloc.h). Random and odd, set with the
- * key (so before any object exists), and not the key: a leaked mark tells
- * nothing about links. A live block holds it only if the program put it
- * there, 1 in 2^63 for data it did not copy from a freed block.
+ * that finds it is a double free (kmalloc.h). Random, set with the key (so
+ * before any object exists), and not the key: a leaked mark tells nothing
+ * about links. Its low byte is odd, 0x81 to 0xef (FREE_MARK_BYTE): no small
+ * number, ASCII character, aligned pointer's low byte or small negative
+ * number has it, which the inline free's one-byte test relies on
+ * (free_mark_maybe). A live block holds the whole mark only if the program
+ * put it there, 1 in 2^56 for data it did not copy from a freed block.
  */
 extern uintptr_t free_mark;
 _Static_assert(USLAB_ADDR_BITS_ == REG_ADDR_BITS, "uslab.h's pop check covers every segment");
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the mark's low byte is its first");
+#define FREE_MARK_BYTE(r) (0x81u + 2u * (unsigned)((r) % 56u))   /* 0x81, 0x83, ..., 0xef */
 
 static inline bool free_marked(const void *obj)
 {
 	return ((const uintptr_t *)obj)[1] == free_mark;
+}
+
+/*
+ * The inline free's test: the second word's low byte against the mark's.
+ * A block the program has just written a byte or a few at a time sits in
+ * the store buffer, and a word load over several of those stores must
+ * wait for them to reach the cache; a byte load takes its value from the
+ * store that wrote it, whatever its width. A byte that matches (every
+ * double free, and a live block whose byte happens to) sends the free to
+ * the slow path, which compares the whole word (free_marked).
+ */
+static inline bool free_mark_maybe(const void *obj, uintptr_t mark)
+{
+	return ((const uint8_t *)obj)[sizeof(uintptr_t)] == (uint8_t)mark;
 }
 
 /* Where the fast paths read the key, with a plain load that folds into

@@ -313,7 +313,7 @@ USLAB_API struct uslab_mallinfo uslab_mallinfo(void)
 	segment_for_each_slab(add_usage, &u);
 	/* the start-up arena counts like a segment: what it has cut is its
 	 * system bytes, its live blocks are in use */
-	mi.arena = segment_mapped_bytes() + arena_cut_bytes();
+	mi.arena = segment_mapped_bytes() + arena_held_bytes();
 	mi.hblks = kmalloc_huge_count();
 	mi.hblkhd = kmalloc_huge_bytes();
 	mi.uordblks = u.used_bytes + u.large_bytes + arena_live_bytes();

@@ -228,7 +228,7 @@ static bool report_totals(struct report *r, void (*head_fn)(struct slab *, void 
 	r->huge_blocks = kmalloc_huge_count();
 	r->huge_bytes = kmalloc_huge_bytes();
 	r->huge_kept = range_cache_bytes();
-	r->arena_cut = arena_cut_bytes();
+	r->arena_cut = arena_held_bytes();
 	r->arena_live = arena_live_bytes();
 	r->arena_on = READ_ONCE(kmalloc_arena_on);
 	r->mapped = segment_mapped_bytes() + r->arena_cut;

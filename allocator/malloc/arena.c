@@ -21,7 +21,10 @@
  * cycling a few blocks would otherwise stay on the slow path), or at the
  * first request of a second thread; from then on
  * requests go to the classes, and blocks still in the arena are freed into
- * it as before (and never reused: at most ARENA_SIZE bytes).
+ * its map (never to be reused), and every page of it that holds no live
+ * block any more goes back to the system (return_idle_locked): a program
+ * that filled the arena at start-up and freed most of it does not keep
+ * 256 KiB for the rest of its life.
  *
  * Blocks start on 16-byte granules; arena_map holds a byte per granule: 0,
  * or for a block's first granule its code, with ARENA_LIVE while the block
@@ -59,6 +62,8 @@ static uint32_t arena_stale;        /* past arena_cut, below it: codes of uncut 
 static uint32_t arena_allocs;       /* blocks handed out, reuse included */
 static size_t arena_live;           /* bytes in live blocks */
 static uintptr_t arena_thread;      /* thread_self() of the one thread it serves */
+static uint64_t arena_gone;         /* bit i: the arena's i-th whole page went back */
+static uint32_t arena_returned;     /* bytes of [0, arena_cut) in those pages */
 static mutex_t arena_lock = MUTEX_INIT;
 FORK_LOCK(arena_lock, RANK_ARENA);
 bool kmalloc_arena_on = true;       /* read without the lock: it only goes off */
@@ -78,10 +83,15 @@ bool arena_owns(const void *p)
 	return (uintptr_t)p - (uintptr_t)arena < ARENA_SIZE;
 }
 
-/* arena_lock held (or elided) */
+static void return_idle_locked(uint32_t lo, uint32_t hi);
+
+/* arena_lock held (or elided). Nothing is cut or reused from then on, so
+ * the pages that hold no live block go back now, and the others as the
+ * frees of their last live blocks leave them idle (arena_free). */
 static void arena_end_locked(void)
 {
 	WRITE_ONCE(kmalloc_arena_on, false);
+	return_idle_locked(0, arena_cut);
 }
 
 /* arena_lock, elided while the process has one thread: glibc's
@@ -130,6 +140,52 @@ static void *reuse_locked(unsigned code, unsigned *bcode)
 		}
 	}
 	return NULL;
+}
+
+/*
+ * arena_lock held: whether no live block has a byte in [off, end), offsets
+ * below arena_cut. The blocks cut tile [0, arena_cut), one after another,
+ * each with its code at its first granule (a reused block keeps its own),
+ * so the block that holds off starts at the last code at or below it.
+ */
+static bool span_idle_locked(uint32_t off, uint32_t end)
+{
+	uint32_t g = off / ARENA_GRAN;
+
+	while (g && !arena_map[g])
+		g--;
+	for (uint32_t at = g * ARENA_GRAN; at < end && at < arena_cut;) {
+		uint8_t m = arena_map[at / ARENA_GRAN];
+
+		if (m & ARENA_LIVE)
+			return false;
+		at += m ? code_take(m) : ARENA_GRAN;
+	}
+	return true;
+}
+
+/*
+ * arena_lock held, the arena ended: give back every whole page of the
+ * arena that meets [lo, hi) and holds no live block (its freed blocks are
+ * never handed out again, and os_decommit leaves the range mapped, reading
+ * zero). The map keeps every block's code, so frees still tell a block
+ * from a double free. The part pages at the arena's two ends stay.
+ */
+static void return_idle_locked(uint32_t lo, uint32_t hi)
+{
+	uint32_t first = (uint32_t)(round_up((uintptr_t)arena, ARENA_PAGE) - (uintptr_t)arena);
+	uint32_t off = lo <= first ? first : first + (lo - first) / ARENA_PAGE * ARENA_PAGE;
+
+	for (; off < hi && off < arena_cut && off + ARENA_PAGE <= ARENA_SIZE; off += ARENA_PAGE) {
+		unsigned i = (off - first) / ARENA_PAGE;
+		uint32_t end = off + ARENA_PAGE;
+
+		if (arena_gone >> i & 1 || !span_idle_locked(off, end))
+			continue;
+		os_decommit(arena + off, ARENA_PAGE);
+		arena_gone |= 1ull << i;
+		WRITE_ONCE(arena_returned, arena_returned + (end < arena_cut ? end : arena_cut) - off);
+	}
 }
 
 /* A block of the given code (or a freed one a little larger), or NULL once
@@ -230,7 +286,14 @@ void arena_free(void *p, const char *call)
 	size_t g = (size_t)((char *)p - arena) / ARENA_GRAN;
 
 	WRITE_ONCE(arena_live, arena_live - code_size(code));
-	if ((char *)p + code_take(code) == arena + arena_cut) {
+	if (!kmalloc_arena_on) {
+		/* never handed out again: the map says it is free, and the
+		 * pages it leaves without a live block go back */
+		uint32_t off = (uint32_t)((char *)p - arena);
+
+		arena_map[g] = (uint8_t)code;
+		return_idle_locked(off, off + code_take(code));
+	} else if ((char *)p + code_take(code) == arena + arena_cut) {
 		/* the last block cut: uncut it (a temporary block costs nothing);
 		 * its code stays, for a second free to find */
 		arena_map[g] = (uint8_t)code;
@@ -264,5 +327,12 @@ size_t arena_live_bytes(void)
 size_t arena_cut_bytes(void)
 {
 	return READ_ONCE(arena_cut);
+}
+
+/* What of that it still holds: the bytes cut, less those in pages an ended
+ * arena has given back. */
+size_t arena_held_bytes(void)
+{
+	return READ_ONCE(arena_cut) - READ_ONCE(arena_returned);
 }
 

@@ -167,6 +167,7 @@ void arena_free(void *p, const char *call);
 size_t arena_usable_size(const void *p, const char *call);
 size_t arena_live_bytes(void);
 size_t arena_cut_bytes(void);
+size_t arena_held_bytes(void);              /* cut, less the pages given back */
 void *kmalloc_aligned(size_t align, size_t n);
 size_t kmalloc_usable_size(const void *p, const char *call);
 /*

@@ -12,6 +12,8 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -307,6 +309,97 @@ static void check_end_after_count(void)
 	CHECK_EQ(kmalloc_validate_all(), 0);
 }
 
+/* The whole pages of the arena over [0, arena_cut) that are resident. */
+static unsigned resident_pages(unsigned *whole)
+{
+	uintptr_t lo = ((uintptr_t)arena + 4095) & ~(uintptr_t)4095;
+	uintptr_t hi = ((uintptr_t)arena + arena_cut_bytes()) & ~(uintptr_t)4095;
+	unsigned char vec[ARENA_SIZE / 4096];
+	unsigned n = 0;
+
+	*whole = (unsigned)((hi - lo) / 4096);
+	if (hi <= lo || mincore((void *)lo, hi - lo, vec))
+		return 0;
+	for (unsigned i = 0; i < *whole; i++)
+		n += vec[i] & 1;
+	return n;
+}
+
+/* Once the arena has ended, its pages that hold no live block go back to
+ * the system (at the end, and as frees leave them idle), its statistics
+ * count only what it holds, a live block keeps its page and its content,
+ * and a freed block is still told from a double free. In a child process. */
+static void check_pages_back_after_end(void)
+{
+	pid_t pid = fork();
+
+	REQUIRE(pid >= 0);
+	if (pid == 0) {
+		enum { N = 600 };
+		static char *b[N];
+		void *big[8];
+		unsigned nbig = 0, whole, k = N / 2;
+		bool ok = kmalloc_arena_on;
+
+		for (unsigned i = 0; i < N; i++) {   /* some 120 KiB, page after page */
+			b[i] = uslab_malloc(200);
+			ok = ok && b[i] && arena_owns(b[i]);
+			if (b[i])
+				memset(b[i], (int)(i & 0xff), 200);
+		}
+		/* keep one that crosses a page boundary: the page after holds
+		 * no block start of a live block, only its tail */
+		for (unsigned i = N / 2; i < N; i++)
+			if (b[i] && (uintptr_t)b[i] / 4096 != ((uintptr_t)b[i] + 199) / 4096) {
+				k = i;
+				break;
+			}
+		ok = ok && (uintptr_t)b[k] / 4096 != ((uintptr_t)b[k] + 199) / 4096;
+		for (unsigned i = 0; i < N; i++)
+			if (i != k)
+				uslab_free(b[i]);
+		ok = ok && resident_pages(&whole) > 16;   /* freed, still held */
+		while (kmalloc_arena_on && nbig < 8) {    /* big blocks end it */
+			void *q = uslab_malloc(60000);
+
+			if (q && arena_owns(q))
+				memset(q, 1, 60000);
+			big[nbig++] = q;
+		}
+		ok = ok && !kmalloc_arena_on;
+		for (unsigned i = 0; i < nbig; i++)
+			uslab_free(big[i]);
+		unsigned res = resident_pages(&whole);
+		size_t held = arena_held_bytes();
+		/* block k's two pages, nothing else; its bytes as written */
+		ok = ok && whole > 16 && res == 2;
+		ok = ok && held < arena_cut_bytes() && held <= 4 * 4096;
+		for (unsigned j = 0; j < 200; j++)
+			ok = ok && (unsigned char)b[k][j] == (k & 0xff);
+		uslab_free(b[k]);
+		unsigned res2 = resident_pages(&whole);
+		ok = ok && res2 == 0 && arena_held_bytes() < held && arena_live_bytes() == 0;
+		ok = ok && kmalloc_validate_all() == 0;
+		if (!ok)
+			fprintf(stderr, "pages back: %u of %u whole pages resident, then %u; held %zu of %zu cut\n",
+				res, whole, res2, held, arena_cut_bytes());
+		_exit(ok ? 0 : 1);
+	}
+	int status;
+	REQUIRE(waitpid(pid, &status, 0) == pid);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+/* A block freed twice after the arena has ended (its page gone back, its
+ * code kept in the map) is reported as a double free. */
+static void free_twice_after_end(void *p)
+{
+	while (kmalloc_arena_on)
+		uslab_free(uslab_malloc(60000));
+	uslab_free(p);
+	uslab_free(p);
+}
+
 int main(void)
 {
 	check_first_blocks();
@@ -315,6 +408,11 @@ int main(void)
 	check_misuse();
 	check_end_when_full();
 	check_end_at_second_thread();
+	check_pages_back_after_end();
+	void *blk = uslab_malloc(100);
+	REQUIRE(arena_owns(blk));
+	expect_fatal(free_twice_after_end, blk, "free", "double free");
+	uslab_free(blk);
 	check_end_after_count();
 	return test_done("arena_unit");
 }

@@ -311,8 +311,8 @@ USLAB_API struct uslab_mallinfo uslab_mallinfo(void)
 	struct uslab_mallinfo mi = { 0 };
 
 	segment_for_each_slab(add_usage, &u);
-	/* the start-up arena counts like a segment: what it has cut is its
-	 * system bytes, its live blocks are in use */
+	/* the start-up arena counts like a segment: what it has cut and not
+	 * given back is its system bytes, its live blocks are in use */
 	mi.arena = segment_mapped_bytes() + arena_held_bytes();
 	mi.hblks = kmalloc_huge_count();
 	mi.hblkhd = kmalloc_huge_bytes();

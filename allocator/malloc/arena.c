@@ -83,17 +83,6 @@ bool arena_owns(const void *p)
 	return (uintptr_t)p - (uintptr_t)arena < ARENA_SIZE;
 }
 
-static void return_idle_locked(uint32_t lo, uint32_t hi);
-
-/* arena_lock held (or elided). Nothing is cut or reused from then on, so
- * the pages that hold no live block go back now, and the others as the
- * frees of their last live blocks leave them idle (arena_free). */
-static void arena_end_locked(void)
-{
-	WRITE_ONCE(kmalloc_arena_on, false);
-	return_idle_locked(0, arena_cut);
-}
-
 /* arena_lock, elided while the process has one thread: glibc's
  * __libc_single_threaded goes false, for good, before a second thread
  * starts, and while it is true no other thread can be in here (nor at
@@ -186,6 +175,15 @@ static void return_idle_locked(uint32_t lo, uint32_t hi)
 		arena_gone |= 1ull << i;
 		WRITE_ONCE(arena_returned, arena_returned + (end < arena_cut ? end : arena_cut) - off);
 	}
+}
+
+/* arena_lock held (or elided). Nothing is cut or reused from then on, so
+ * the pages that hold no live block go back now, and the others as the
+ * frees of their last live blocks leave them idle (arena_free). */
+static void arena_end_locked(void)
+{
+	WRITE_ONCE(kmalloc_arena_on, false);
+	return_idle_locked(0, arena_cut);
 }
 
 /* A block of the given code (or a freed one a little larger), or NULL once
@@ -283,25 +281,20 @@ void arena_free(void *p, const char *call)
 {
 	bool held = arena_lock_take();
 	unsigned code = arena_block(p, call, true, held);
-	size_t g = (size_t)((char *)p - arena) / ARENA_GRAN;
+	uint32_t off = (uint32_t)((char *)p - arena);
 
 	WRITE_ONCE(arena_live, arena_live - code_size(code));
+	arena_map[off / ARENA_GRAN] = (uint8_t)code;   /* free; its code stays, for a second free to find */
 	if (!kmalloc_arena_on) {
-		/* never handed out again: the map says it is free, and the
-		 * pages it leaves without a live block go back */
-		uint32_t off = (uint32_t)((char *)p - arena);
-
-		arena_map[g] = (uint8_t)code;
+		/* never handed out again: the pages it leaves without a live
+		 * block go back */
 		return_idle_locked(off, off + code_take(code));
-	} else if ((char *)p + code_take(code) == arena + arena_cut) {
-		/* the last block cut: uncut it (a temporary block costs nothing);
-		 * its code stays, for a second free to find */
-		arena_map[g] = (uint8_t)code;
+	} else if (off + code_take(code) == arena_cut) {
+		/* the last block cut: uncut it (a temporary block costs nothing) */
 		if (arena_stale < arena_cut)
 			arena_stale = arena_cut;
 		WRITE_ONCE(arena_cut, arena_cut - code_take(code));
 	} else {
-		arena_map[g] = (uint8_t)code;
 		*(void **)p = arena_free_list[code];
 		arena_free_list[code] = p;
 	}

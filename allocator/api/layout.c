@@ -41,6 +41,7 @@ struct kmalloc_divert kdiv = {
 };
 
 uint8_t seg_registry[REG_SEGMENTS];
+uint64_t region_freed_map[REGION_SLOTS_MAX / 64];
 struct thread_heap empty_heap;
 struct kmalloc_statics kmalloc_statics;
 uint8_t arena_map[ARENA_SIZE / ARENA_GRAN];

@@ -258,22 +258,47 @@ USLAB_CORE_INLINE_ void uslab_fp_store_(void *slot, const void *next, const usla
 #endif
 
 /*
- * The next object of the cpu freelist, or NULL when it is empty - or when
+ * The cpu slab off bytes into base (a thread's heap and a cache's place in
+ * it; or a cpu slab's address and 0). Under GCC and Clang an empty asm
+ * hides off from the compiler at each use, so that it does not add the two
+ * into a register of their own once and then address through that: each
+ * load and store folds base + off into its address, one instruction fewer.
+ */
+USLAB_CORE_INLINE_ struct uslab_cpu_cache_ *uslab_cpu_at_(void *base, unsigned long *off)
+{
+#if defined(__GNUC__)
+	if (!__builtin_constant_p(*off))
+		__asm__("" : "+r"(*off));
+#endif
+	return (struct uslab_cpu_cache_ *)(void *)((char *)base + *off);
+}
+
+/*
+ * The next object of the cpu freelist at base + off, or NULL when it is empty - or when
  * the head is no address at all: a free pointer overwritten after its
  * free decodes to noise, which the pop that would follow it refuses (the
  * slow path then names it). One instruction more than a NULL test: 0 and
  * anything at or above 2^USLAB_ADDR_BITS_ both fail one compare.
  */
-USLAB_CORE_INLINE_ void *uslab_cpu_pop_(struct uslab_cpu_cache_ *c, unsigned long fp_offset,
-				       const uslab_word_ *key)
+USLAB_CORE_INLINE_ void *uslab_cpu_pop_at_(void *base, unsigned long *off, unsigned long fp_offset,
+					  const uslab_word_ *key)
 {
-	void *obj = c->freelist;
+	void *obj = uslab_cpu_at_(base, off)->freelist;
 
 	if (__builtin_expect(((unsigned long)obj - 1) >> USLAB_ADDR_BITS_ == 0, 1)) {
-		c->freelist = uslab_fp_load_((char *)obj + fp_offset, key);
+		uslab_cpu_at_(base, off)->freelist = uslab_fp_load_((char *)obj + fp_offset, key);
 		return obj;
 	}
 	return 0;
+}
+
+/* The same of the cpu slab at c. */
+USLAB_CORE_INLINE_ void *uslab_cpu_pop_(struct uslab_cpu_cache_ *c, unsigned long fp_offset,
+				       const uslab_word_ *key)
+{
+	unsigned long off = 0;
+
+	return uslab_cpu_pop_at_(c, &off, fp_offset, key);
 }
 
 /* obj onto the cpu freelist, unchecked. */
@@ -323,7 +348,8 @@ void uslab__cache_free(struct uslab_cache *cache, void *obj);
 USLAB_FAST_INLINE_ void *uslab_cache_alloc(struct uslab_cache *cache)
 {
 	const struct uslab_cache_fast_ *s = (const struct uslab_cache_fast_ *)(const void *)cache;
-	void *obj = uslab_cpu_pop_(USLAB_CPU_CACHE_(s), 0, USLAB_FP_KEY_(s));
+	unsigned long off = s->inline_offset;
+	void *obj = uslab_cpu_pop_at_(uslab_tls_heap_, &off, 0, USLAB_FP_KEY_(s));
 
 	if (__builtin_expect(obj != 0, 1))
 		return obj;

@@ -232,9 +232,8 @@ static __always_inline void *kmalloc_with(size_t n, const struct kmalloc_divert 
 	else
 		return beyond(n, __builtin_return_address(0));
 
-	struct cpu_slab *c = (struct cpu_slab *)((char *)tls_heap +
-						 offsetof(struct thread_heap, cpu) + off);
-	void *obj = uslab_cpu_pop_(cpu_fast(c), 0, fp_key_get());
+	void *obj = uslab_cpu_pop_at_((char *)tls_heap + offsetof(struct thread_heap, cpu), &off, 0,
+				      fp_key_get());
 
 	if (likely(obj))
 		return kmalloc_unmark(obj);
@@ -277,12 +276,15 @@ static __always_inline void *kmalloc_direct(size_t n)
  */
 static __always_inline void kfree(void *p, const char *call)
 {
-	uintptr_t seg = (uintptr_t)p & ~(SEG_SIZE - 1);
+	uintptr_t rel;
 
-	if (likely(segment_is_fast(seg))) {
+	if (likely(segment_region_fast((uintptr_t)p, &rel))) {
 		/* p's own unit's descriptor holds its slab's free-check fields
-		 * (zero for a free unit, a large run, a uslab_cache slab) */
-		uintptr_t d = unit_desc_off(p);
+		 * (zero for a free unit, a large run, a uslab_cache slab, a
+		 * slot of the region no segment is in); the region is aligned
+		 * to segments, so p's offset in it gives the descriptor's */
+		uintptr_t seg = (uintptr_t)p & ~(SEG_SIZE - 1);
+		uintptr_t d = unit_desc_off((const void *)rel);
 		uintptr_t off = (uintptr_t)p - desc_at(seg, d)->base;
 
 		if (likely(object_offset_valid(desc_at(seg, d)->kfree_magic,

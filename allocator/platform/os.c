@@ -32,7 +32,7 @@ size_t os_page_size(void)
  * metadata are mapped MAP_NORESERVE. Returns NULL with errno = ENOMEM on
  * failure.
  */
-void *os_map(size_t size, size_t align, size_t skew, bool reserve)
+static void *map_aligned(size_t size, size_t align, size_t skew, int prot, int flags)
 {
 	size_t len = size + align - os_page_size();
 	uintptr_t p, q;
@@ -42,8 +42,7 @@ void *os_map(size_t size, size_t align, size_t skew, bool reserve)
 		errno = ENOMEM;
 		return NULL;
 	}
-	m = mmap(NULL, len, PROT_READ | PROT_WRITE,
-		 MAP_PRIVATE | MAP_ANONYMOUS | (reserve ? 0 : MAP_NORESERVE), -1, 0);
+	m = mmap(NULL, len, prot, MAP_PRIVATE | MAP_ANONYMOUS | flags, -1, 0);
 	if (m == MAP_FAILED) {
 		errno = ENOMEM;
 		return NULL;
@@ -57,9 +56,41 @@ void *os_map(size_t size, size_t align, size_t skew, bool reserve)
 	return (void *)q;
 }
 
+void *os_map(size_t size, size_t align, size_t skew, bool reserve)
+{
+	return map_aligned(size, align, skew, PROT_READ | PROT_WRITE, reserve ? 0 : MAP_NORESERVE);
+}
+
 void *os_map_aligned(size_t size, size_t align)
 {
 	return os_map(size, align, 0, false);
+}
+
+/*
+ * Address space, size bytes aligned to align, that reads as zero and holds
+ * no memory: read-only, so that no overcommit accounting applies to it
+ * (only writable private mappings are counted). os_commit_fixed makes a
+ * part of it writable memory, os_release_fixed makes that part read-only
+ * zeros again. NULL with errno = ENOMEM when the system refuses.
+ */
+void *os_reserve(size_t size, size_t align)
+{
+	return map_aligned(size, align, 0, PROT_READ, MAP_NORESERVE);
+}
+
+bool os_commit_fixed(void *p, size_t size)
+{
+	return mmap(p, size, PROT_READ | PROT_WRITE,
+		    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0) == p;
+}
+
+/* The pages go back at once; on failure (the kernel could not split the
+ * mapping) the range stays writable, its pages given back all the same. */
+void os_release_fixed(void *p, size_t size)
+{
+	if (mmap(p, size, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
+		 -1, 0) != p)
+		madvise(p, size, MADV_DONTNEED);
 }
 
 void os_unmap(void *p, size_t size)

@@ -47,6 +47,7 @@ void segment_registry_divert(bool on)
 {
 	seg_lock_take();
 	registry_listed = on ? REG_DIVERTED : REG_FAST;
+	region_divert(on);
 	for (struct segment *seg = seg_list; seg; seg = seg->next)
 		registry_set((uintptr_t)seg, registry_listed);
 	seg_unlock();
@@ -79,10 +80,25 @@ size_t segment_committed_bytes(void)
  */
 static struct segment *segment_map(bool huge)
 {
-	struct segment *seg = (struct segment *)range_cache_take_aligned(SEG_SIZE, SEG_SIZE);
-	bool recycled = seg != NULL;
+	seg_lock_take();
+	uintptr_t slot = region_slot_take();
+	seg_unlock();
 
-	if (recycled) {
+	struct segment *seg = (struct segment *)slot;
+	bool recycled = false;
+
+	if (slot) {
+		if (!os_commit_fixed(seg, SEG_SIZE)) {
+			seg_lock_take();
+			region_slot_give(slot);
+			seg_unlock();
+			errno = ENOMEM;
+			return NULL;
+		}
+		if (huge)
+			os_hugepage(seg, SEG_SIZE, true);
+	} else if ((seg = (struct segment *)range_cache_take_aligned(SEG_SIZE, SEG_SIZE))) {
+		recycled = true;
 		/* its huge block asked for huge pages: a segment for slabs keeps them */
 		if (option(OPT_HUGE_PAGES))
 			os_hugepage(seg, SEG_SIZE, huge);
@@ -117,7 +133,14 @@ static void segment_unmap(struct segment *seg)
 	registry_set((uintptr_t)seg, REG_NONE);
 	seg->magic = 0;
 	atomic_long_sub(SEG_SIZE, &mapped_bytes);
-	os_unmap(seg, SEG_SIZE);
+	if (!region_slot_holds((uintptr_t)seg)) {
+		os_unmap(seg, SEG_SIZE);
+		return;
+	}
+	os_release_fixed(seg, SEG_SIZE);   /* zeros before the slot is free */
+	seg_lock_take();
+	region_slot_give((uintptr_t)seg);
+	seg_unlock();
 }
 
 static void seg_list_add(struct segment *seg)

@@ -172,6 +172,47 @@ static inline bool segment_is_fast(uintptr_t p)
 	return segment_registry_is(p, REG_FAST);
 }
 
+/*
+ * The segment region (region.c): one reservation of address space, made
+ * at the first segment, in which segments are placed while it has room.
+ * Its unused parts read as zero, so a descriptor anywhere in it can be
+ * read whatever p is: one of a segment not in use is clear, as a free
+ * unit's, and refuses every free. free's inline path so tells a pointer
+ * to take by one subtraction and one compare (fast_len is 0 before the
+ * reservation, without one, and while frees are diverted; base starts at
+ * 2^63, so that a thread that sees fast_len set before base still finds
+ * no pointer inside). A segment outside it (the region full, or none) is
+ * still registered: its frees take the slow path.
+ */
+struct seg_region {
+	uintptr_t base;
+	uintptr_t fast_len;
+};
+extern struct seg_region seg_region;
+#define REGION_MAX       (1ul << 42)            /* 4 TiB: USLAB_REGION is cut to it */
+#define REGION_SLOTS_MAX (REGION_MAX >> SEG_SHIFT)
+extern uint64_t region_freed_map[REGION_SLOTS_MAX / 64];   /* in api/layout.c */
+
+/* p's offset in the region, and whether free's inline path may take it. */
+static inline bool segment_region_fast(uintptr_t p, uintptr_t *rel)
+{
+#if defined(__SANITIZE_THREAD__)
+	*rel = p - READ_ONCE(seg_region.base);
+	return likely(*rel < READ_ONCE(seg_region.fast_len));
+#else
+	*rel = p - seg_region.base;
+	return likely(*rel < seg_region.fast_len);
+#endif
+}
+
+/* region.c, seg_lock held: a slot of the region for a new segment (0:
+ * none), and a slot given back; region_slot_holds: is seg one? */
+uintptr_t region_slot_take(void);
+void region_slot_give(uintptr_t seg);
+bool region_slot_holds(uintptr_t seg);
+void region_divert(bool on);
+size_t region_reserved_bytes(void);
+
 static inline struct segment *ptr_segment(const void *p)
 {
 	return (struct segment *)((uintptr_t)p & ~(SEG_SIZE - 1));

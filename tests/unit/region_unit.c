@@ -1,0 +1,303 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * region_unit - the segment region (segment/region.c), each case in a
+ * child of its own, as the reservation is made once, at the first segment:
+ *
+ *   reserve   the first segment is in the reservation (1 TiB, or what the
+ *             system grants), aligned to segments; free's inline test
+ *             takes it, and takes nothing while frees are diverted
+ *   slots     segments fill the slots lowest first; a segment given back
+ *             leaves read-only zeros, its descriptors clear, and the next
+ *             segment takes its slot again; frees of pointers into it, or
+ *             into a slot never used, are reported as invalid pointers
+ *   full      past the reservation (USLAB_REGION=64m: 16 slots) segments
+ *             are mapped anywhere, registered, and malloc's blocks in them
+ *             are freed and reused through the slow path, intact
+ *   limit     RLIMIT_AS set before the first segment caps the reservation
+ *             at a quarter of it; one set after cuts the reservation to the
+ *             slots used so far at the next segment, the rest of the
+ *             address space unmapped (not under the sanitizers, whose
+ *             shadow mappings take terabytes of address space)
+ */
+#define _GNU_SOURCE
+#include "test.h"
+#include "kmalloc.h"
+#include "options.h"
+#include "uslab.h"
+
+#include <stdio.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#define WHOLE (SEG_UNITS - SEG_HDR_UNITS)   /* a run that takes a segment */
+
+static uintptr_t seg_of(struct slab *run)
+{
+	return (uintptr_t)ptr_segment((void *)slab_start(run));
+}
+
+/* /proc/self/maps: is addr mapped, and writable? -1: not mapped. */
+static int writable_at(uintptr_t addr)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[512];
+	int w = -1;
+
+	REQUIRE(f);
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+		char perms[8];
+
+		if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) == 3 && addr >= lo && addr < hi) {
+			w = perms[1] == 'w';
+			break;
+		}
+	}
+	fclose(f);
+	return w;
+}
+
+static bool inline_takes(const void *p)
+{
+	uintptr_t rel;
+
+	return segment_region_fast((uintptr_t)p, &rel);
+}
+
+static void child_done(void)
+{
+	fflush(stdout);
+	_exit(test_failures ? 1 : 0);
+}
+
+static void case_start(void *fn)
+{
+	test_failures = 0;   /* the child's own */
+	((void (*)(void *))fn)(NULL);
+}
+
+static void run_case(void (*fn)(void *), const char *name)
+{
+	struct test_child c;
+	char how[64];
+
+	test_run_child(case_start, (void *)fn, &c);
+	if (!WIFEXITED(c.status) || WEXITSTATUS(c.status) != 0) {
+		fprintf(stderr, "case %s: the child %s, stderr:\n%s\n", name,
+			test_child_outcome(&c, how, sizeof(how)), c.err);
+		test_failures++;
+	}
+}
+
+static void case_reserve(void *arg)
+{
+	(void)arg;
+	struct slab *r = segment_alloc_units(1, SLAB_KIND_LARGE, false, NULL);
+
+	REQUIRE(r);
+	size_t len = region_reserved_bytes();
+	CHECK(len >= 16 * SEG_SIZE && len <= (1ul << 40));
+	CHECK_EQ(seg_region.base % SEG_SIZE, 0);
+	CHECK_EQ(seg_region.fast_len, len);
+	CHECK(region_slot_holds(seg_of(r)));
+	CHECK(inline_takes((void *)slab_start(r)));
+	CHECK(!inline_takes((void *)(seg_region.base - 1)));
+	CHECK(!inline_takes((void *)(seg_region.base + len)));
+	CHECK(!inline_takes(NULL));
+	segment_registry_divert(true);
+	CHECK_EQ(seg_region.fast_len, 0);
+	CHECK(!inline_takes((void *)slab_start(r)));
+	segment_registry_divert(false);
+	CHECK_EQ(seg_region.fast_len, len);
+	segment_free_units(r);
+	child_done();
+}
+
+static void free_it(void *p)
+{
+	uslab_free(p);
+}
+
+static void expect_invalid(void *p)
+{
+	char want[160];
+
+	snprintf(want, sizeof(want), "uslab: free(): invalid pointer %p\n", p);
+	test_expect_abort(free_it, p, want);
+}
+
+static void case_slots(void *arg)
+{
+	(void)arg;
+	struct slab *a = segment_alloc_units(WHOLE, SLAB_KIND_LARGE, false, NULL);
+	struct slab *b = segment_alloc_units(WHOLE, SLAB_KIND_LARGE, false, NULL);
+	struct slab *c = segment_alloc_units(WHOLE, SLAB_KIND_LARGE, false, NULL);
+
+	REQUIRE(a && b && c);
+	uintptr_t sa = seg_of(a), sb = seg_of(b), sc = seg_of(c);
+	CHECK(region_slot_holds(sa) && region_slot_holds(sb) && region_slot_holds(sc));
+	CHECK(sa != sb && sb != sc && sa != sc);
+	uintptr_t lo = sa < sb ? (sa < sc ? sa : sc) : (sb < sc ? sb : sc);
+	uintptr_t hi = sa > sb ? (sa > sc ? sa : sc) : (sb > sc ? sb : sc);
+	CHECK_EQ(hi - lo, 2 * SEG_SIZE);   /* three slots side by side */
+	memset((void *)slab_start(b), 0x5a, 64);
+	segment_free_units(b);
+	segment_purge_all();   /* an empty segment goes once clean */
+	segment_release_empty_over(0);
+	CHECK_EQ(writable_at(sb), 0);      /* read-only again */
+	CHECK_EQ(writable_at(sb + SEG_SIZE - 1), 0);
+	CHECK_EQ(((struct segment *)sb)->magic, 0);
+	CHECK(test_all_zero((void *)(sb + SEG_HDR_UNITS * UNIT_SIZE), 64));   /* zeros again */
+	CHECK(!segment_is_registered(sb));
+	CHECK(inline_takes((void *)(sb + SEG_HDR_UNITS * UNIT_SIZE)));   /* and read through */
+	/* frees into it, or into a slot never used, read clear descriptors */
+	expect_invalid((void *)(sb + SEG_HDR_UNITS * UNIT_SIZE));
+	expect_invalid((void *)(sb + SEG_SIZE / 2 + 48));
+	expect_invalid((void *)(seg_region.base + region_reserved_bytes() - SEG_SIZE + 64));
+	struct slab *d = segment_alloc_units(WHOLE, SLAB_KIND_LARGE, false, NULL);
+	REQUIRE(d);
+	CHECK_EQ(seg_of(d), sb);   /* the lowest slot free */
+	CHECK_EQ(writable_at(sb), 1);
+	CHECK(test_all_zero((void *)slab_start(d), 64));
+	/* two slots given back: taken lowest first, each once, then the top */
+	uintptr_t sd = seg_of(d);
+	segment_free_units(a);
+	segment_free_units(d);
+	segment_purge_all();
+	segment_release_empty_over(0);
+	struct slab *e = segment_alloc_units(WHOLE, SLAB_KIND_LARGE, false, NULL);
+	struct slab *f = segment_alloc_units(WHOLE, SLAB_KIND_LARGE, false, NULL);
+	struct slab *g = segment_alloc_units(WHOLE, SLAB_KIND_LARGE, false, NULL);
+	REQUIRE(e && f && g);
+	CHECK_EQ(seg_of(e), sa < sd ? sa : sd);
+	CHECK_EQ(seg_of(f), sa < sd ? sd : sa);
+	CHECK_EQ(seg_of(g), hi + SEG_SIZE);
+	segment_free_units(c);
+	segment_free_units(e);
+	segment_free_units(f);
+	segment_free_units(g);
+	child_done();
+}
+
+static void case_full(void *arg)
+{
+	(void)arg;
+	options_parse_entry("USLAB_REGION=64m");
+	enum { SLOTS = 16, BLOCKS = 20000 };
+	struct slab *run[SLOTS];
+
+	for (unsigned i = 0; i < SLOTS; i++) {
+		run[i] = segment_alloc_units(WHOLE, SLAB_KIND_LARGE, false, NULL);
+		REQUIRE(run[i]);
+		CHECK(region_slot_holds(seg_of(run[i])));
+	}
+	CHECK_EQ(region_reserved_bytes(), SLOTS * SEG_SIZE);
+	/* every slot taken: malloc's slabs come from segments outside */
+	static char *blk[BLOCKS];
+	unsigned outside = 0;
+
+	for (unsigned i = 0; i < BLOCKS; i++) {
+		blk[i] = uslab_malloc(48 + i % 200);
+		REQUIRE(blk[i]);
+		test_fill_seed(blk[i], 48 + i % 200, i);
+		uintptr_t seg = (uintptr_t)ptr_segment(blk[i]);
+		if (segment_is_registered(seg)) {
+			outside += !region_slot_holds(seg);
+			CHECK(!inline_takes(blk[i]));
+		}
+	}
+	CHECK(outside > BLOCKS / 2);
+	for (unsigned i = 0; i < BLOCKS; i += 2)
+		uslab_free(blk[i]);
+	for (unsigned i = 0; i < BLOCKS; i += 2) {
+		blk[i] = uslab_malloc(48 + i % 200);
+		REQUIRE(blk[i]);
+		test_fill_seed(blk[i], 48 + i % 200, i);
+	}
+	for (unsigned i = 0; i < BLOCKS; i++) {
+		CHECK(test_intact_seed(blk[i], 48 + i % 200, i));
+		uslab_free(blk[i]);
+	}
+	for (unsigned i = 0; i < SLOTS; i++)
+		segment_free_units(run[i]);
+	child_done();
+}
+
+static bool sanitized(void)
+{
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+	return true;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
+	return true;
+#endif
+#endif
+	return false;
+}
+
+static void case_limit_before(void *arg)
+{
+	(void)arg;
+	long vm_kb = test_status_kb("VmSize");
+	REQUIRE(vm_kb > 0);
+	struct rlimit lim = { .rlim_cur = ((rlim_t)vm_kb << 10) + (4ul << 30),
+			      .rlim_max = RLIM_INFINITY };
+
+	lim.rlim_max = lim.rlim_cur;
+	REQUIRE(setrlimit(RLIMIT_AS, &lim) == 0);
+	struct slab *r = segment_alloc_units(1, SLAB_KIND_LARGE, false, NULL);
+
+	REQUIRE(r);
+	CHECK(region_reserved_bytes() > 0);
+	CHECK(region_reserved_bytes() <= lim.rlim_cur / 4);
+	CHECK(region_slot_holds(seg_of(r)));
+	segment_free_units(r);
+	child_done();
+}
+
+static void case_limit_after(void *arg)
+{
+	(void)arg;
+	struct slab *a = segment_alloc_units(WHOLE, SLAB_KIND_LARGE, false, NULL);
+	struct slab *b = segment_alloc_units(WHOLE, SLAB_KIND_LARGE, false, NULL);
+
+	REQUIRE(a && b);
+	size_t len = region_reserved_bytes();
+	REQUIRE(len > 4 * SEG_SIZE);
+	uintptr_t top = (seg_of(a) > seg_of(b) ? seg_of(a) : seg_of(b)) + SEG_SIZE;
+	CHECK_EQ(writable_at(top), 0);   /* reserved, read-only */
+	long vm_kb = test_status_kb("VmSize");
+	struct rlimit lim = { .rlim_cur = ((rlim_t)vm_kb << 10) + (1ul << 30),
+			      .rlim_max = RLIM_INFINITY };
+
+	REQUIRE(setrlimit(RLIMIT_AS, &lim) == 0);
+	struct slab *c = segment_alloc_units(WHOLE, SLAB_KIND_LARGE, false, NULL);
+
+	REQUIRE(c);
+	CHECK_EQ(region_reserved_bytes(), top - seg_region.base);
+	CHECK_EQ(seg_region.fast_len, top - seg_region.base);
+	CHECK_EQ(writable_at(top), seg_of(c) == top ? 1 : -1);   /* given back to the system */
+	CHECK(!region_slot_holds(seg_of(c)));
+	CHECK(segment_is_registered(seg_of(c)));
+	CHECK(test_status_kb("VmSize") < vm_kb);   /* the address space came back */
+	segment_free_units(a);
+	segment_free_units(b);
+	segment_free_units(c);
+	child_done();
+}
+
+int main(void)
+{
+	options_init();
+	REQUIRE(region_reserved_bytes() == 0);   /* each case reserves its own */
+	run_case(case_reserve, "reserve");
+	run_case(case_slots, "slots");
+	run_case(case_full, "full");
+	if (sanitized()) {
+		test_skip("RLIMIT_AS: the sanitizers' shadow takes the address space");
+	} else {
+		run_case(case_limit_before, "limit before");
+		run_case(case_limit_after, "limit after");
+	}
+	return test_done("region_unit");
+}

@@ -517,7 +517,7 @@ static inline enum test_thp test_thp_mode(void)
  * allocate. */
 struct test_vma {
 	uintptr_t start, end;
-	int hg, nh, thp_eligible;
+	int hg, nh, dd, thp_eligible;
 	long anon_huge_kb;
 };
 
@@ -556,6 +556,7 @@ static inline int test_vma_of(const void *p, struct test_vma *v)
 		else if (!strncmp(line, "VmFlags:", 8)) {
 			v->hg = strstr(line, " hg") != NULL;
 			v->nh = strstr(line, " nh") != NULL;
+			v->dd = strstr(line, " dd") != NULL;
 		}
 	}
 	fclose(f);

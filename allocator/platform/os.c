@@ -69,13 +69,19 @@ void *os_map_aligned(size_t size, size_t align)
 /*
  * Address space, size bytes aligned to align, that reads as zero and holds
  * no memory: read-only, so that no overcommit accounting applies to it
- * (only writable private mappings are counted). os_commit_fixed makes a
- * part of it writable memory, os_release_fixed makes that part read-only
- * zeros again. NULL with errno = ENOMEM when the system refuses.
+ * (only writable private mappings are counted), and left out of core
+ * dumps (it would make them terabytes long, if sparse). os_commit_fixed
+ * makes a part of it writable memory, dumped; os_release_fixed makes that
+ * part read-only zeros again. NULL with errno = ENOMEM when the system
+ * refuses.
  */
 void *os_reserve(size_t size, size_t align)
 {
-	return map_aligned(size, align, 0, PROT_READ, MAP_NORESERVE);
+	void *p = map_aligned(size, align, 0, PROT_READ, MAP_NORESERVE);
+
+	if (p)
+		madvise(p, size, MADV_DONTDUMP);
+	return p;
 }
 
 bool os_commit_fixed(void *p, size_t size)
@@ -89,7 +95,9 @@ bool os_commit_fixed(void *p, size_t size)
 void os_release_fixed(void *p, size_t size)
 {
 	if (mmap(p, size, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
-		 -1, 0) != p)
+		 -1, 0) == p)
+		madvise(p, size, MADV_DONTDUMP);
+	else
 		madvise(p, size, MADV_DONTNEED);
 }
 

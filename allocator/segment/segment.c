@@ -73,10 +73,11 @@ size_t segment_committed_bytes(void)
 /* ---- segments ------------------------------------------------------------ */
 
 /*
- * A new segment: carved from a freed huge range kept for reuse (committed memory
- * a freed huge block left) when one is big enough, else a fresh mapping.
- * A carved segment's units all count as dirty: they may hold pages and
- * data, so none is claimed as zeroed, and decay gives them back in time.
+ * A new segment: a slot of the region (region.c) while it has one; else
+ * carved from a freed huge range kept for reuse (committed memory a freed
+ * huge block left) when one is big enough, else a fresh mapping. A carved
+ * segment's units all count as dirty: they may hold pages and data, so
+ * none is claimed as zeroed, and decay gives them back in time.
  */
 static struct segment *segment_map(bool huge)
 {
@@ -88,6 +89,17 @@ static struct segment *segment_map(bool huge)
 	bool recycled = false;
 
 	if (slot) {
+		/* A freed huge block's range still committed in the cache would
+		 * serve as the segment outside the region (below); here, as much
+		 * of it goes back to the system, so that the segment's fresh
+		 * pages do not come on top of it. (Moving its pages into the
+		 * slot with mremap would keep them, but moved pages are slower
+		 * to touch than fresh ones under a hypervisor that shadows page
+		 * tables: ranges.c.) */
+		uintptr_t old = range_cache_take_aligned(SEG_SIZE, os_page_size());
+
+		if (old)
+			os_unmap((void *)old, SEG_SIZE);
 		if (!os_commit_fixed(seg, SEG_SIZE)) {
 			seg_lock_take();
 			region_slot_give(slot);

@@ -3,21 +3,28 @@
  * region_unit - the segment region (segment/region.c), each case in a
  * child of its own, as the reservation is made once, at the first segment:
  *
- *   reserve   the first segment is in the reservation (1 TiB, or what the
- *             system grants), aligned to segments; free's inline test
- *             takes it, and takes nothing while frees are diverted
- *   slots     segments fill the slots lowest first; a segment given back
- *             leaves read-only zeros, its descriptors clear, and the next
- *             segment takes its slot again; frees of pointers into it, or
- *             into a slot never used, are reported as invalid pointers
- *   full      past the reservation (USLAB_REGION=64m: 16 slots) segments
- *             are mapped anywhere, registered, and malloc's blocks in them
- *             are freed and reused through the slow path, intact
- *   limit     RLIMIT_AS set before the first segment caps the reservation
- *             at a quarter of it; one set after cuts the reservation to the
- *             slots used so far at the next segment, the rest of the
- *             address space unmapped (not under the sanitizers, whose
- *             shadow mappings take terabytes of address space)
+ *   reserve     the first segment is in the reservation (1 TiB, or what
+ *               the system grants; read-only, not in core dumps), aligned
+ *               to segments; free's inline test takes it, and takes
+ *               nothing while frees are diverted
+ *   slots       segments fill the slots lowest first; a segment given
+ *               back leaves read-only zeros, left out of core dumps (a
+ *               segment is dumped), its descriptors clear, and the next
+ *               segment takes its slot again; frees of pointers into it,
+ *               or into a slot never used, are reported as invalid
+ *               pointers
+ *   full        past the reservation (USLAB_REGION=64m: 16 slots)
+ *               segments are mapped anywhere, registered, and malloc's
+ *               blocks in them are freed and reused through the slow
+ *               path, intact
+ *   huge range  a new segment gives back as much of a freed huge block's
+ *               range, still committed in the cache, as it takes (outside
+ *               a region it is carved from it: segment_decay_unit)
+ *   limit       RLIMIT_AS set before the first segment caps the
+ *               reservation at a quarter of it; one set after cuts the
+ *               reservation to the slots used so far at the next segment,
+ *               the rest of the address space unmapped (not under the
+ *               sanitizers, whose shadow takes terabytes of address space)
  */
 #define _GNU_SOURCE
 #include "test.h"
@@ -104,6 +111,9 @@ static void case_reserve(void *arg)
 	CHECK(!inline_takes((void *)(seg_region.base - 1)));
 	CHECK(!inline_takes((void *)(seg_region.base + len)));
 	CHECK(!inline_takes(NULL));
+	struct test_vma v;
+	CHECK(test_vma_of((void *)(seg_region.base + len - 1), &v) && v.dd && !v.hg);
+	CHECK_EQ(writable_at(seg_region.base + len - 1), 0);
 	segment_registry_divert(true);
 	CHECK_EQ(seg_region.fast_len, 0);
 	CHECK(!inline_takes((void *)slab_start(r)));
@@ -145,6 +155,9 @@ static void case_slots(void *arg)
 	segment_purge_all();   /* an empty segment goes once clean */
 	segment_release_empty_over(0);
 	CHECK_EQ(writable_at(sb), 0);      /* read-only again */
+	struct test_vma v;
+	CHECK(test_vma_of((void *)sb, &v) && v.dd);   /* not in core dumps */
+	CHECK(test_vma_of((void *)sa, &v) && !v.dd);  /* a segment is */
 	CHECK_EQ(writable_at(sb + SEG_SIZE - 1), 0);
 	CHECK_EQ(((struct segment *)sb)->magic, 0);
 	CHECK(test_all_zero((void *)(sb + SEG_HDR_UNITS * UNIT_SIZE), 64));   /* zeros again */
@@ -223,6 +236,27 @@ static void case_full(void *arg)
 	child_done();
 }
 
+static void case_huge_range(void *arg)
+{
+	(void)arg;
+	struct slab *a = segment_alloc_units(WHOLE, SLAB_KIND_LARGE, false, NULL);
+	char *big = uslab_malloc(12 << 20);
+
+	REQUIRE(a && big);
+	memset(big, 0x77, 12 << 20);
+	uslab_free(big);   /* its range stays committed in the cache */
+	size_t cached = range_cache_bytes();
+	CHECK(cached >= (12u << 20));
+	struct slab *b = segment_alloc_units(WHOLE, SLAB_KIND_LARGE, false, NULL);
+
+	REQUIRE(b);
+	CHECK(region_slot_holds(seg_of(b)));
+	CHECK_EQ(range_cache_bytes(), cached - SEG_SIZE);   /* as much given back */
+	segment_free_units(a);
+	segment_free_units(b);
+	child_done();
+}
+
 static bool sanitized(void)
 {
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
@@ -293,6 +327,7 @@ int main(void)
 	run_case(case_reserve, "reserve");
 	run_case(case_slots, "slots");
 	run_case(case_full, "full");
+	run_case(case_huge_range, "huge range");
 	if (sanitized()) {
 		test_skip("RLIMIT_AS: the sanitizers' shadow takes the address space");
 	} else {

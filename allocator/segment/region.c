@@ -49,9 +49,10 @@ static rlim_t as_limit(void)
 	return r.rlim_cur;
 }
 
+/* Release: base before fast_len (see seg_region). */
 static void region_publish(void)
 {
-	WRITE_ONCE(seg_region.fast_len, region_diverted ? 0 : region_len);
+	smp_store_release(&seg_region.fast_len, region_diverted ? 0 : region_len);
 }
 
 /* seg_lock held: reserve, halving the size until the system agrees. */
@@ -80,7 +81,6 @@ static void region_reserve(void)
 		}
 		WRITE_ONCE(seg_region.base, (uintptr_t)m);
 		WRITE_ONCE(region_len, want);
-		smp_wmb();   /* base before fast_len: see seg_region */
 		region_publish();
 		return;
 	}

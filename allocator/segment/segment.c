@@ -72,54 +72,72 @@ size_t segment_committed_bytes(void)
 
 /* ---- segments ------------------------------------------------------------ */
 
-/*
- * A new segment: a slot of the region (region.c) while it has one; else
- * carved from a freed huge range kept for reuse (committed memory a freed
- * huge block left) when one is big enough, else a fresh mapping. A carved
- * segment's units all count as dirty: they may hold pages and data, so
- * none is claimed as zeroed, and decay gives them back in time.
- */
-static struct segment *segment_map(bool huge)
+/* A segment carved from a freed huge range kept for reuse (committed
+ * memory a freed huge block left), if one is big enough (*carved set);
+ * NULL if not. */
+static struct segment *segment_carve(bool huge, bool *carved)
+{
+	struct segment *seg = (struct segment *)range_cache_take_aligned(SEG_SIZE, SEG_SIZE);
+
+	if (seg) {
+		*carved = true;
+		/* its huge block asked for huge pages: a segment for slabs keeps them */
+		if (option(OPT_HUGE_PAGES))
+			os_hugepage(seg, SEG_SIZE, huge);
+		memset(seg, 0, sizeof(*seg));   /* the header; the units keep their pages */
+	}
+	return seg;
+}
+
+/* A slot of the segment region made memory; NULL if it has none. */
+static struct segment *segment_slot(bool huge)
 {
 	seg_lock_take();
 	uintptr_t slot = region_slot_take();
 	seg_unlock();
 
-	struct segment *seg = (struct segment *)slot;
+	if (!slot)
+		return NULL;
+	if (!os_commit_fixed((void *)slot, SEG_SIZE)) {
+		seg_lock_take();
+		region_slot_give(slot);
+		seg_unlock();
+		return NULL;
+	}
+	if (huge)
+		os_hugepage((void *)slot, SEG_SIZE, true);
+	return (struct segment *)slot;
+}
+
+/*
+ * A new segment, for a run of kind large (else of slabs): a slot of the
+ * region (region.c) while it has one; else carved from a freed huge range
+ * kept for reuse when one is big enough; else a fresh mapping. For a large
+ * run the carve comes first: its frees take the slow path wherever it is,
+ * and the range's pages are committed already. Such a segment, outside the
+ * region while the region has room, then holds large runs only
+ * (segment_serves), so that no slab's frees miss the inline path. A carved
+ * segment's units all count as dirty: they may hold pages and data, so
+ * none is claimed as zeroed, and decay gives them back in time.
+ */
+static struct segment *segment_map(bool huge, bool large)
+{
 	bool recycled = false;
+	struct segment *seg = large ? segment_carve(huge, &recycled) : NULL;
+	bool large_only = seg && region_reserved_bytes();
 
-	if (slot) {
-		/* A freed huge block's range still committed in the cache would
-		 * serve as the segment outside the region (below); here, as much
-		 * of it goes back to the system, so that the segment's fresh
-		 * pages do not come on top of it. (Moving its pages into the
-		 * slot with mremap would keep them, but moved pages are slower
-		 * to touch than fresh ones under a hypervisor that shadows page
-		 * tables: ranges.c.) */
-		uintptr_t old = range_cache_take_aligned(SEG_SIZE, os_page_size());
-
-		if (old)
-			os_unmap((void *)old, SEG_SIZE);
-		if (!os_commit_fixed(seg, SEG_SIZE)) {
-			seg_lock_take();
-			region_slot_give(slot);
-			seg_unlock();
-			errno = ENOMEM;
+	if (!seg)
+		seg = segment_slot(huge);
+	if (!seg)
+		seg = segment_carve(huge, &recycled);
+	if (!seg) {
+		seg = os_map_aligned(SEG_SIZE, SEG_SIZE);
+		if (!seg)
 			return NULL;
-		}
 		if (huge)
 			os_hugepage(seg, SEG_SIZE, true);
-	} else if ((seg = (struct segment *)range_cache_take_aligned(SEG_SIZE, SEG_SIZE))) {
-		recycled = true;
-		/* its huge block asked for huge pages: a segment for slabs keeps them */
-		if (option(OPT_HUGE_PAGES))
-			os_hugepage(seg, SEG_SIZE, huge);
-		memset(seg, 0, sizeof(*seg));   /* the header; the units keep their pages */
-	} else if (!(seg = os_map_aligned(SEG_SIZE, SEG_SIZE))) {
-		return NULL;
-	} else if (huge) {
-		os_hugepage(seg, SEG_SIZE, true);
 	}
+	seg->large_only = large_only;
 	seg->huge = huge;
 	if ((uintptr_t)seg >> REG_ADDR_BITS) {   /* outside what the registry covers */
 		os_unmap(seg, SEG_SIZE);
@@ -426,11 +444,12 @@ static bool huge_segment_wanted(bool huge_ok)
 	       atomic_long_read(&mapped_bytes) >= (long)(HUGE_SEGMENTS_AFTER * SEG_SIZE);
 }
 
-/* May seg hold a run? Any run where huge pages are not, only one that may
- * lie under them where they are. */
-static bool segment_serves(const struct segment *seg, bool huge_ok)
+/* May seg hold a run (of kind large, or of slabs)? Any run where huge
+ * pages are not, only one that may lie under them where they are; and
+ * only a large run in a segment that holds large runs only (segment_map). */
+static bool segment_serves(const struct segment *seg, bool huge_ok, bool large)
 {
-	return huge_ok || !seg->huge;
+	return (huge_ok || !seg->huge) && (large || !seg->large_only);
 }
 
 /*
@@ -439,13 +458,13 @@ static bool segment_serves(const struct segment *seg, bool huge_ok)
  * first (reusing them costs no page faults), else the free run with the
  * fewest clean units in any segment.
  */
-static struct segment *find_free_run(unsigned n, bool huge_ok, unsigned *first)
+static struct segment *find_free_run(unsigned n, bool huge_ok, bool large, unsigned *first)
 {
 	struct segment *seg, *best = NULL;
 	unsigned best_clean = n + 1;
 
 	for (seg = seg_list; seg; seg = seg->next) {
-		if (seg->dirty_units < n || n >= seg->dirty_miss || !segment_serves(seg, huge_ok))
+		if (seg->dirty_units < n || n >= seg->dirty_miss || !segment_serves(seg, huge_ok, large))
 			continue;
 		*first = find_run(seg->dirty_map, n);
 		if (*first < SEG_UNITS)
@@ -455,7 +474,7 @@ static struct segment *find_free_run(unsigned n, bool huge_ok, unsigned *first)
 	for (seg = seg_list; seg && best_clean > 1; seg = seg->next) {
 		unsigned clean, at;
 
-		if (seg->free_units < n || n >= seg->free_miss || !segment_serves(seg, huge_ok))
+		if (seg->free_units < n || n >= seg->free_miss || !segment_serves(seg, huge_ok, large))
 			continue;
 		at = find_window(seg, n, &clean);
 		if (at == SEG_UNITS)
@@ -474,8 +493,10 @@ struct slab *segment_alloc_units(unsigned n, uint8_t kind, bool huge_ok, bool *z
 	struct segment *seg, *fresh = NULL;
 	unsigned first = SEG_HDR_UNITS;
 
+	bool large = kind == SLAB_KIND_LARGE;
+
 	seg_lock_take();
-	while (!(seg = find_free_run(n, huge_ok, &first))) {
+	while (!(seg = find_free_run(n, huge_ok, large, &first))) {
 		if (fresh) {   /* mapped on the last round: it serves */
 			seg = fresh;
 			fresh = NULL;
@@ -485,7 +506,7 @@ struct slab *segment_alloc_units(unsigned n, uint8_t kind, bool huge_ok, bool *z
 		}
 		/* Map outside the lock; another thread may free units meanwhile. */
 		seg_unlock();
-		fresh = segment_map(huge_segment_wanted(huge_ok));
+		fresh = segment_map(huge_segment_wanted(huge_ok), large);
 		if (!fresh)
 			return NULL;
 		seg_lock_take();

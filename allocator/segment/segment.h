@@ -107,6 +107,8 @@ struct segment {
 	bool huge;                           /* marked for huge pages: huge_ok runs
 						only (segment_map; set before it is
 						listed) */
+	bool large_only;                     /* carved outside the segment region:
+						large runs only (segment_map) */
 	/* no free run (free_miss) or dirty run (dirty_miss) of this many units
 	 * or more: the fewest find_free_run looked for in vain since such runs
 	 * last grew (a free); SEG_UNITS + 1 when unknown. Claims only shorten

@@ -17,9 +17,10 @@
  *               segments are mapped anywhere, registered, and malloc's
  *               blocks in them are freed and reused through the slow
  *               path, intact
- *   huge range  a new segment gives back as much of a freed huge block's
- *               range, still committed in the cache, as it takes (outside
- *               a region it is carved from it: segment_decay_unit)
+ *   huge range  a freed huge block's range, still committed in the cache,
+ *               is carved into a segment for a large run (outside the
+ *               region: its frees are slow paths anyway), which then
+ *               holds large runs only; slabs take slots of the region
  *   limit       RLIMIT_AS set before the first segment caps the
  *               reservation at a quarter of it; one set after cuts the
  *               reservation to the slots used so far at the next segment,
@@ -239,21 +240,40 @@ static void case_full(void *arg)
 static void case_huge_range(void *arg)
 {
 	(void)arg;
-	struct slab *a = segment_alloc_units(WHOLE, SLAB_KIND_LARGE, false, NULL);
 	char *big = uslab_malloc(12 << 20);
 
-	REQUIRE(a && big);
+	REQUIRE(big);
 	memset(big, 0x77, 12 << 20);
 	uslab_free(big);   /* its range stays committed in the cache */
 	size_t cached = range_cache_bytes();
 	CHECK(cached >= (12u << 20));
-	struct slab *b = segment_alloc_units(WHOLE, SLAB_KIND_LARGE, false, NULL);
-
-	REQUIRE(b);
-	CHECK(region_slot_holds(seg_of(b)));
-	CHECK_EQ(range_cache_bytes(), cached - SEG_SIZE);   /* as much given back */
-	segment_free_units(a);
-	segment_free_units(b);
+	/* slabs: a slot of the region; the range stays cached */
+	struct slab *s1 = segment_alloc_units(SLAB_MAX_UNITS, SLAB_KIND_SLAB, false, NULL);
+	REQUIRE(s1);
+	CHECK(region_slot_holds(seg_of(s1)));
+	CHECK_EQ(range_cache_bytes(), cached);
+	/* a large run: carved from the range, outside the region, its pages
+	 * the block's */
+	bool zeroed = true;
+	struct slab *l1 = segment_alloc_units(WHOLE, SLAB_KIND_LARGE, false, &zeroed);
+	REQUIRE(l1);
+	uintptr_t carved = seg_of(l1);
+	CHECK(!region_slot_holds(carved));
+	CHECK(segment_is_registered(carved));
+	CHECK_EQ(range_cache_bytes(), cached - SEG_SIZE);
+	CHECK(!zeroed);
+	CHECK_EQ(*(unsigned char *)slab_start(l1), 0x77);
+	segment_free_units(l1);
+	/* ... which then holds large runs only: slabs go to the region */
+	struct slab *s2 = segment_alloc_units(SLAB_MAX_UNITS, SLAB_KIND_SLAB, false, NULL);
+	REQUIRE(s2);
+	CHECK(region_slot_holds(seg_of(s2)));
+	struct slab *l2 = segment_alloc_units(4, SLAB_KIND_LARGE, false, NULL);
+	REQUIRE(l2);
+	CHECK_EQ(seg_of(l2), carved);   /* its committed units first */
+	segment_free_units(s1);
+	segment_free_units(s2);
+	segment_free_units(l2);
 	child_done();
 }
 
@@ -329,7 +349,8 @@ int main(void)
 	run_case(case_full, "full");
 	run_case(case_huge_range, "huge range");
 	if (sanitized()) {
-		test_skip("RLIMIT_AS: the sanitizers' shadow takes the address space");
+		printf("not run: the RLIMIT_AS cases (the sanitizers' shadow takes the "
+		       "address space)\n");
 	} else {
 		run_case(case_limit_before, "limit before");
 		run_case(case_limit_after, "limit after");

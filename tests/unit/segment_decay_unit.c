@@ -12,10 +12,10 @@
  *   placement    a run goes where its units are still committed: onto a
  *                freed run of dirty units of its length, else the window
  *                with the fewest clean units, not the first free one
- *   carve        (without a region, USLAB_REGION=0) a new segment is
- *                carved from a cached huge range before anything is
- *                mapped; its units count as dirty (never handed out as
- *                zeroed), the range's rest stays cached, and the
+ *   carve        a new segment for large runs is carved from a cached
+ *                huge range before anything is mapped; its units count
+ *                as dirty (never handed out as zeroed), the range's rest
+ *                stays cached, and the
  *                segment is marked MADV_NOHUGEPAGE (the block was marked
  *                MADV_HUGEPAGE)
  *
@@ -210,9 +210,6 @@ int main(void)
 {
 	options_init();
 	options_parse_entry("USLAB_DECAY_MS=100");
-	/* segments outside a region: test_carve's segment carved from a freed
-	 * huge block's range is made only there (region_unit has the region) */
-	options_parse_entry("USLAB_REGION=0");
 	test_generations();
 	test_huge();
 	test_placement();

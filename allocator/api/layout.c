@@ -20,14 +20,15 @@
  * live"). Cold arrays that are small but not tiny (the purge's in-flight
  * record) live here too.
  *
- * The order: the segment registry first, so that its entry 0 - which
- * free(NULL) reads - shares the small variables' page (with the dwcas
- * stripes between, nearly every process touched one page more);
+ * The order: the segment registry first, so that its entry 0 shares the
+ * small variables' page (with the dwcas stripes between, nearly every
+ * process touched one page more when free(NULL) read it);
  * then the empty heap, whose first lines every malloc reads before the
  * thread has a heap, close to the registry's entries for high addresses
  * (where libraries and mappings are), so that both tend to share a page
  * table; then the kmalloc caches, and the start-up arena with its granule
- * map.
+ * map; last the cold ones (the purge's in-flight record, the segment
+ * region's map of slots given back).
  *
  * Besides, the one datum a lower layer takes from this one at load (in
  * .data, not among the arrays): malloc's divert starts at this layer's
@@ -41,9 +42,9 @@ struct kmalloc_divert kdiv = {
 };
 
 uint8_t seg_registry[REG_SEGMENTS];
-uint64_t region_freed_map[REGION_SLOTS_MAX / 64];
 struct thread_heap empty_heap;
 struct kmalloc_statics kmalloc_statics;
 uint8_t arena_map[ARENA_SIZE / ARENA_GRAN];
 char arena[ARENA_SIZE] __attribute__((aligned(CACHE_LINE)));
 struct purge_range purge_inflight[PURGE_BATCH];   /* small, but only purges use it */
+uint64_t region_freed_map[REGION_SLOTS_MAX / 64];  /* only a segment given back writes it */

@@ -13,6 +13,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#ifndef MAP_FIXED_NOREPLACE
+#define MAP_FIXED_NOREPLACE 0x100000
+#endif
+
 size_t os_page_size(void)
 {
 	static size_t page;
@@ -82,6 +86,22 @@ void *os_reserve(size_t size, size_t align)
 	if (p)
 		madvise(p, size, MADV_DONTDUMP);
 	return p;
+}
+
+/* The same at p exactly, if nothing is mapped there; false if not. */
+bool os_reserve_at(void *p, size_t size)
+{
+	void *m = mmap(p, size, PROT_READ,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+
+	if (m == MAP_FAILED)
+		return false;
+	if (m != p) {   /* a kernel before 4.17 takes the flag for a hint */
+		munmap(m, size);
+		return false;
+	}
+	madvise(p, size, MADV_DONTDUMP);
+	return true;
 }
 
 bool os_commit_fixed(void *p, size_t size)

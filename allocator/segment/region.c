@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * region.c - the segment region: address space reserved once, read-only
- * zeros holding no memory, carved into 4 MiB slots that segments occupy.
+ * region.c - the segment region: a range of address space, reserved as it
+ * fills, read-only zeros holding no memory, carved into 4 MiB slots that
+ * segments occupy.
  *
  * Why: free's inline path must tell whether a pointer is in one of our
  * segments before it reads the segment's descriptors. The registry says so
@@ -11,18 +12,26 @@
  * copy of the pointer (four instructions fewer, and one dependent load
  * less). The registry stays the authority everywhere else.
  *
+ * Where: the region may grow to USLAB_REGION (1 TiB) from its base, so the
+ * base is asked for (MAP_FIXED_NOREPLACE) at a random 4 MiB boundary
+ * between 32 and 64 TiB, where the kernel places nothing of its own choice
+ * (it maps downwards from below the stack, and programs sit near 85 TiB or
+ * under 4 GiB), as mimalloc asks for its segments above 2 TiB; it also
+ * makes the heap's place random. Where that is refused (a sanitizer's
+ * shadow, a 39-bit address space) the kernel chooses, and the region may
+ * then be unable to grow past its first part.
+ *
+ * How much: the reservation grows by a quarter of itself, at least 64 MiB,
+ * each time its slots run out (or by one slot under RLIMIT_AS, which
+ * counts address space), so it stays near what the segments use: a
+ * reservation costs nothing on Linux, but qemu-user (7.2, Debian 12's)
+ * keeps a record per page of every mapping, 22 ms and 6 MB per GiB.
+ *
  * Slots are handed out lowest first: the never-used ones from the top, the
  * ones given back (their bits in region_freed_map) before them. A slot in
  * use is read-write memory (os_commit_fixed), one given back is read-only
  * zeros again (os_release_fixed), so a descriptor read through a stale or
  * wild pointer into it is clear and refuses the free.
- *
- * The reservation is address space, so RLIMIT_AS counts it: it takes at
- * most a quarter of the limit when one is set at the first segment; a limit
- * set later is seen at the next segment, which cuts the reservation to the
- * slots used so far (the kernel would otherwise refuse every other mapping
- * of the process) and leaves new segments to the system, which enforces
- * the limit as it would without the region.
  */
 #include "local.h"
 #include "options.h"
@@ -32,21 +41,21 @@
 struct seg_region seg_region = { .base = 1ul << 63, .fast_len = 0 };
 
 static uintptr_t region_len;    /* bytes reserved (0: none) */
+static uintptr_t region_max;    /* bytes it may grow to */
 static uintptr_t region_top;    /* offset of the first slot never used */
 static unsigned region_freed;   /* slots given back below the top */
 static bool region_tried;       /* the reservation was attempted */
-static bool region_cut;         /* the reservation is what it will stay */
 static bool region_diverted;    /* frees are diverted (region_divert) */
 
-#define REGION_MIN (16 * SEG_SIZE)   /* smaller than this: not worth reserving */
+#define REGION_CHUNK   (16 * SEG_SIZE)     /* the least it grows by */
+#define HINT_LO        (32ul << 40)        /* where its base is asked for */
+#define HINT_SPAN      (32ul << 40)
 
-static rlim_t as_limit(void)
+static bool as_limited(void)
 {
 	struct rlimit r;
 
-	if (getrlimit(RLIMIT_AS, &r) != 0)
-		return RLIM_INFINITY;
-	return r.rlim_cur;
+	return getrlimit(RLIMIT_AS, &r) == 0 && r.rlim_cur != RLIM_INFINITY;
 }
 
 /* Release: base before fast_len (see seg_region). */
@@ -55,57 +64,72 @@ static void region_publish(void)
 	smp_store_release(&seg_region.fast_len, region_diverted ? 0 : region_len);
 }
 
-/* seg_lock held: reserve, halving the size until the system agrees. */
-static void region_reserve(void)
+/* How much to reserve next (seg_lock held). */
+static uintptr_t region_chunk(void)
 {
-	size_t want = (size_t)option(OPT_REGION);
-	rlim_t lim = as_limit();
+	uintptr_t n = SEG_SIZE;
 
-	region_tried = true;
-	if (want > REGION_MAX)
-		want = REGION_MAX;
-	if (lim != RLIM_INFINITY) {
-		if (want > lim / 4)
-			want = lim / 4;
-		region_cut = true;
+	if (!as_limited()) {
+		n = (region_len / 4) & ~(SEG_SIZE - 1);
+		if (n < REGION_CHUNK)
+			n = REGION_CHUNK;
 	}
-	want &= ~(SEG_SIZE - 1);
-	for (; want >= REGION_MIN; want = (want / 2) & ~(SEG_SIZE - 1)) {
-		void *m = os_reserve(want, SEG_SIZE);
-
-		if (!m)
-			continue;
-		if (((uintptr_t)m + want - 1) >> REG_ADDR_BITS) {   /* beyond the registry */
-			os_unmap(m, want);
-			return;
-		}
-		WRITE_ONCE(seg_region.base, (uintptr_t)m);
-		WRITE_ONCE(region_len, want);
-		region_publish();
-		return;
-	}
+	return n < region_max - region_len ? n : region_max - region_len;
 }
 
-/* seg_lock held: a limit on the address space appeared since the
- * reservation: keep only the slots used so far. */
-static void region_cut_to_top(void)
+/* seg_lock held: the first part, at a random place of the hint range if
+ * the kernel agrees, else where it chooses. */
+static void region_reserve(void)
 {
-	uintptr_t tail = region_len - region_top;
-
-	region_cut = true;
-	if (!tail)
+	region_tried = true;
+	region_max = (uintptr_t)option(OPT_REGION) & ~(SEG_SIZE - 1);
+	if (region_max > REGION_MAX)
+		region_max = REGION_MAX;
+	if (region_max < SEG_SIZE)
 		return;
-	WRITE_ONCE(region_len, region_top);
+	uintptr_t want = region_chunk();
+	void *m = NULL;
+#if !defined(__SANITIZE_THREAD__)   /* its mmap turns a hint outside its map into 0 */
+	uintptr_t at = HINT_LO + (os_random64() % ((HINT_SPAN - region_max) >> SEG_SHIFT) << SEG_SHIFT);
+
+	if (os_reserve_at((void *)at, want))
+		m = (void *)at;
+#endif
+	if (!m)
+		m = os_reserve(want, SEG_SIZE);
+
+	if (!m)
+		return;
+	if (((uintptr_t)m + want - 1) >> REG_ADDR_BITS) {   /* past the registry */
+		os_unmap(m, want);
+		return;
+	}
+	if (((uintptr_t)m + region_max - 1) >> REG_ADDR_BITS)
+		region_max = ((1ul << REG_ADDR_BITS) - (uintptr_t)m) & ~(SEG_SIZE - 1);
+	WRITE_ONCE(seg_region.base, (uintptr_t)m);
+	WRITE_ONCE(region_len, want);
 	region_publish();
-	os_unmap((void *)(seg_region.base + region_top), tail);
+}
+
+/* seg_lock held: reserve the next part right after the last; when the
+ * addresses there are taken, the region stays as it is. */
+static bool region_grow(void)
+{
+	uintptr_t more = region_len < region_max ? region_chunk() : 0;
+
+	if (!more || !os_reserve_at((void *)(seg_region.base + region_len), more)) {
+		region_max = region_len;
+		return false;
+	}
+	WRITE_ONCE(region_len, region_len + more);
+	region_publish();
+	return true;
 }
 
 uintptr_t region_slot_take(void)
 {
 	if (!region_tried)
 		region_reserve();
-	if (!region_cut && as_limit() != RLIM_INFINITY)
-		region_cut_to_top();
 	if (region_freed) {
 		unsigned w = 0;
 
@@ -117,7 +141,7 @@ uintptr_t region_slot_take(void)
 		region_freed--;
 		return seg_region.base + ((uintptr_t)i << SEG_SHIFT);
 	}
-	if (region_top == region_len)
+	if (region_top == region_len && !region_grow())
 		return 0;
 	region_top += SEG_SIZE;
 	return seg_region.base + region_top - SEG_SIZE;

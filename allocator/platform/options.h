@@ -41,10 +41,10 @@
 	X(RESERVE_SEGMENTS, "USLAB_RESERVE_SEGMENTS", INT, 1,                                \
 	  "wholly empty 4 MiB segments kept mapped for reuse")                               \
 	X(REGION, "USLAB_REGION", SIZE, 1l << 40,                                           \
-	  "address space reserved at the first segment, read-only zeros holding no "       \
-	  "memory, in which the 4 MiB segments are placed while it has room (free tells "   \
-	  "its blocks by one compare); at most a quarter of RLIMIT_AS when that is set "   \
-	  "(0 = none: segments anywhere, every free of a small block by the slow path)")   \
+	  "the most address space the segment region grows to (reserved as it fills, "     \
+	  "read-only zeros holding no memory; the 4 MiB segments are placed in it while "   \
+	  "it has room, so free tells its blocks by one compare; 0 = none: segments "       \
+	  "anywhere, every free of a small block by the slow path)")                         \
 	X(CPU_PARTIAL, "USLAB_CPU_PARTIAL", INT, 0,                                          \
 	  "frozen slabs a thread may hold per cache (0 = 512 KiB of them, 2 to 32; at most 4096)") \
 	X(HUGE_PAGES, "USLAB_HUGE_PAGES", BOOL, 1,                                           \

@@ -175,13 +175,15 @@ static inline bool segment_is_fast(uintptr_t p)
 }
 
 /*
- * The segment region (region.c): one reservation of address space, made
- * at the first segment, in which segments are placed while it has room.
- * Its unused parts read as zero, so a descriptor anywhere in it can be
+ * The segment region (region.c): address space reserved from the first
+ * segment on, growing in place as it fills, in which segments are placed
+ * while it has room. Its unused parts read as zero, so a descriptor
+ * anywhere in fast_len bytes from base can be
  * read whatever p is: one of a segment not in use is clear, as a free
  * unit's, and refuses every free. free's inline path so tells a pointer
- * to take by one subtraction and one compare (fast_len is 0 before the
- * reservation, without one, and while frees are diverted; base starts at
+ * to take by one subtraction and one compare (fast_len is what is reserved:
+ * 0 before the reservation, without one, and while frees are diverted;
+ * base starts at
  * 2^63, so that a thread that sees fast_len set before base still finds
  * no pointer inside). A segment outside it (the region full, or none) is
  * still registered: its frees take the slow path.

@@ -39,7 +39,7 @@
  * slow paths. The fast paths never see it: a malloc reaches it only when its
  * class's cpu freelist is empty (while the arena lasts, classes get slabs
  * only through aligned requests and the cache API), and the free fast
- * path's registry test fails for a .bss address.
+ * path's region test fails for a .bss address.
  */
 #include "local.h"
 #include "options.h"

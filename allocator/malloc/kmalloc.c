@@ -213,7 +213,7 @@ noinline void *kmalloc_beyond(size_t n, const void *site)
 void kmalloc_divert(void *(*malloc_hook)(size_t, const void *),
 		    void (*free_hook)(void *, const char *, const void *))
 {
-	segment_registry_divert(free_hook != NULL);
+	segment_divert_frees(free_hook != NULL);
 	WRITE_ONCE(kdiv.malloc, malloc_hook);
 	WRITE_ONCE(kdiv.free, free_hook);
 	WRITE_ONCE(kdiv.small_lim, malloc_hook ? 0 : KMALLOC_SMALL_LIM);

@@ -102,12 +102,13 @@ void *malloc_large_or_huge(size_t n, size_t align, bool *zeroed);
  * Diverting malloc and free to a mode of the layer above (the debug mode,
  * the profiler; also the state before that layer has read its options). The inline paths
  * compare a request with two limits kept in memory rather than with
- * constants, and take a free only from a segment whose registry byte is
- * REG_FAST: not diverted, that costs nothing (a compare with memory instead
- * of an immediate, the same instruction count). Diverted, both limits are 0,
- * so every kmalloc reaches kmalloc_beyond and calls the malloc hook; and when
- * frees are diverted too, segments are registered REG_DIVERTED, so every
- * kfree reaches kfree_slow and calls the free hook. The hooks make their own
+ * constants, and take a free only from the segment region while the length
+ * kept for that test is set: not diverted, that costs nothing (compares
+ * with memory instead of immediates, the same instruction count).
+ * Diverted, both limits are 0, so every kmalloc reaches kmalloc_beyond and
+ * calls the malloc hook; and when frees are diverted too, so is the
+ * region's length (segment_divert_frees), so every kfree reaches
+ * kfree_slow and calls the free hook. The hooks make their own
  * blocks with kmalloc_direct and kfree_direct, which ignore the divert.
  * A mode that diverts malloc alone may hand out blocks that no kmalloc
  * block starts at (the profiler's, inside one): kfree's fast path refuses

@@ -40,16 +40,10 @@ static void registry_set(uintptr_t seg, uint8_t v)
 	smp_store_release(&seg_registry[seg >> SEG_SHIFT], v);
 }
 
-/* What a listed segment's byte says (seg_lock): REG_FAST or REG_DIVERTED. */
-static uint8_t registry_listed = REG_FAST;
-
-void segment_registry_divert(bool on)
+void segment_divert_frees(bool on)
 {
 	seg_lock_take();
-	registry_listed = on ? REG_DIVERTED : REG_FAST;
 	region_divert(on);
-	for (struct segment *seg = seg_list; seg; seg = seg->next)
-		registry_set((uintptr_t)seg, registry_listed);
 	seg_unlock();
 }
 
@@ -195,7 +189,7 @@ static void seg_list_del(struct segment *seg)
 /* seg_lock held: a new segment (all units free) joins the list and the counts. */
 static void seg_list_add_new(struct segment *seg)
 {
-	registry_set((uintptr_t)seg, registry_listed);
+	registry_set((uintptr_t)seg, REG_SEGMENT);
 	seg_list_add(seg);
 	nr_empty_segments++;
 	WRITE_ONCE(clean_free_units, clean_free_units + seg->free_units - seg->dirty_units);

@@ -138,10 +138,8 @@ _Static_assert(sizeof(struct segment) <= SEG_HDR_UNITS * UNIT_SIZE, "header fits
 #define REG_SEGMENTS  (1ul << (REG_ADDR_BITS - SEG_SHIFT))
 extern uint8_t seg_registry[REG_SEGMENTS];
 
-/* A registered segment's byte: REG_FAST, or REG_DIVERTED while the layers
- * above want every free of theirs to take the slow path (kmalloc.h). */
-enum { REG_NONE, REG_FAST, REG_DIVERTED };
-void segment_registry_divert(bool on);   /* every segment's byte, now and later */
+/* A segment's byte: REG_SEGMENT while it is listed, else REG_NONE. */
+enum { REG_NONE, REG_SEGMENT };
 
 /* The registry byte of the segment holding p: a plain load, so that it
  * folds into a compare. The byte of a segment holding p was written
@@ -166,12 +164,6 @@ static inline bool segment_registry_is(uintptr_t p, uint8_t v)
 static inline bool segment_is_registered(uintptr_t p)
 {
 	return !segment_registry_is(p, REG_NONE);
-}
-
-/* ... and not diverted (the inline free path's test). */
-static inline bool segment_is_fast(uintptr_t p)
-{
-	return segment_registry_is(p, REG_FAST);
 }
 
 /*
@@ -215,6 +207,9 @@ uintptr_t region_slot_take(void);
 void region_slot_give(uintptr_t seg);
 bool region_slot_holds(uintptr_t seg);
 void region_divert(bool on);
+/* While on, free's inline path takes no block (fast_len is 0): the layers
+ * above want every free of theirs to take the slow path (kmalloc.h). */
+void segment_divert_frees(bool on);
 size_t region_reserved_bytes(void);
 
 static inline struct segment *ptr_segment(const void *p)

@@ -151,10 +151,10 @@ static void case_reserve(void *arg)
 	CHECK(test_vma_of((void *)(seg_region.base + len - 1), &v) && !v.hg);
 	CHECK(v.dd || !dontdump_seen());
 	CHECK_EQ(writable_at(seg_region.base + len - 1), 0);
-	segment_registry_divert(true);
+	segment_divert_frees(true);
 	CHECK_EQ(seg_region.fast_len, 0);
 	CHECK(!inline_takes((void *)slab_start(r)));
-	segment_registry_divert(false);
+	segment_divert_frees(false);
 	CHECK_EQ(seg_region.fast_len, len);
 	/* past its first part it grows in place, by at least as much again */
 	enum { N = 2 * CHUNK / SEG_SIZE };

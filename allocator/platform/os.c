@@ -104,6 +104,13 @@ bool os_reserve_at(void *p, size_t size)
 	return true;
 }
 
+/* The pages of [from, from + size) moved to to, over what was mapped
+ * there (a part of a reservation); false if the kernel refused. */
+bool os_move_fixed(void *from, size_t size, void *to)
+{
+	return mremap(from, size, size, MREMAP_MAYMOVE | MREMAP_FIXED, to) == to;
+}
+
 bool os_commit_fixed(void *p, size_t size)
 {
 	return mmap(p, size, PROT_READ | PROT_WRITE,

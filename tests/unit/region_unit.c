@@ -17,10 +17,12 @@
  *   full        past USLAB_REGION (64m: 16 slots) segments are mapped
  *               anywhere, registered, and malloc's blocks in them are
  *               freed and reused through the slow path, intact
- *   huge range  a freed huge block's range, still committed in the cache,
- *               is carved into a segment for a large run (outside the
- *               region: its frees are slow paths anyway), which then
- *               holds large runs only; slabs take slots of the region
+ *   huge range  a freed huge block's range, still committed in the cache:
+ *               a new segment for slabs takes a slot of the region and 4
+ *               MiB of the range's pages moved into it, dirty; one for a
+ *               large run is carved from the range where it is (outside
+ *               the region: its frees are slow paths anyway), and then
+ *               holds large runs only
  *   limit       under RLIMIT_AS the region grows by one slot at a time
  *               (not under the sanitizers, whose shadow takes terabytes of
  *               address space)
@@ -300,14 +302,20 @@ static void case_huge_range(void *arg)
 	uslab_free(big);   /* its range stays committed in the cache */
 	size_t cached = range_cache_bytes();
 	CHECK(cached >= (12u << 20));
-	/* slabs: a slot of the region; the range stays cached */
-	struct slab *s1 = segment_alloc_units(SLAB_MAX_UNITS, SLAB_KIND_SLAB, false, NULL);
+	/* slabs: a slot of the region, with 4 MiB of the range's pages moved
+	 * into it (its units dirty: never handed out as zeroed) */
+	bool zeroed = true;
+	struct slab *s1 = segment_alloc_units(SLAB_MAX_UNITS, SLAB_KIND_SLAB, false, &zeroed);
 	REQUIRE(s1);
 	CHECK(region_slot_holds(seg_of(s1)));
+	CHECK(!zeroed);
+	CHECK_EQ(*(unsigned char *)slab_start(s1), 0x77);
+	CHECK_EQ(writable_at(seg_of(s1)), 1);
+	cached -= SEG_SIZE;
 	CHECK_EQ(range_cache_bytes(), cached);
 	/* a large run: carved from the range, outside the region, its pages
 	 * the block's */
-	bool zeroed = true;
+	zeroed = true;
 	struct slab *l1 = segment_alloc_units(WHOLE, SLAB_KIND_LARGE, false, &zeroed);
 	REQUIRE(l1);
 	uintptr_t carved = seg_of(l1);

@@ -81,12 +81,12 @@ static uintptr_t region_chunk(void)
  * the kernel agrees, else where it chooses. */
 static void region_reserve(void)
 {
+	uintptr_t max = (uintptr_t)option(OPT_REGION) & ~(SEG_SIZE - 1);
+
 	region_tried = true;
-	region_max = (uintptr_t)option(OPT_REGION) & ~(SEG_SIZE - 1);
-	if (region_max > REGION_MAX)
-		region_max = REGION_MAX;
-	if (region_max < SEG_SIZE)
+	if (max < SEG_SIZE)
 		return;
+	region_max = max < REGION_MAX ? max : REGION_MAX;
 	uintptr_t want = region_chunk();
 	void *m = NULL;
 #if !defined(__SANITIZE_THREAD__)   /* its mmap turns a hint outside its map into 0 */
@@ -97,11 +97,12 @@ static void region_reserve(void)
 #endif
 	if (!m)
 		m = os_reserve(want, SEG_SIZE);
-
-	if (!m)
-		return;
-	if (((uintptr_t)m + want - 1) >> REG_ADDR_BITS) {   /* past the registry */
+	if (m && ((uintptr_t)m + want - 1) >> REG_ADDR_BITS) {   /* past the registry */
 		os_unmap(m, want);
+		m = NULL;
+	}
+	if (!m) {
+		region_max = 0;
 		return;
 	}
 	if (((uintptr_t)m + region_max - 1) >> REG_ADDR_BITS)

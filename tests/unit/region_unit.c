@@ -17,6 +17,8 @@
  *   full        past USLAB_REGION (64m: 16 slots) segments are mapped
  *               anywhere, registered, and malloc's blocks in them are
  *               freed and reused through the slow path, intact
+ *   none        USLAB_REGION=0: no reservation, segments anywhere, every
+ *               free through the slow path, blocks reused as before
  *   huge range  a freed huge block's range, still committed in the cache:
  *               a new segment for slabs takes a slot of the region and 4
  *               MiB of the range's pages moved into it, dirty; one for a
@@ -292,6 +294,30 @@ static void case_full(void *arg)
 	child_done();
 }
 
+static void case_none(void *arg)
+{
+	(void)arg;
+	options_parse_entry("USLAB_REGION=0");
+	options_parse_entry("USLAB_STARTUP_ARENA=0");   /* a slab's block below */
+	struct slab *r = segment_alloc_units(1, SLAB_KIND_LARGE, false, NULL);
+
+	REQUIRE(r);
+	CHECK_EQ(region_reserved_bytes(), 0);
+	CHECK_EQ(seg_region.fast_len, 0);
+	CHECK(!region_slot_holds(seg_of(r)));
+	CHECK(segment_is_registered(seg_of(r)));
+	CHECK(!inline_takes((void *)slab_start(r)));
+	char *p = uslab_malloc(100);   /* freed through the slow path */
+	REQUIRE(p && segment_is_registered((uintptr_t)p) && !inline_takes(p));
+	test_fill_seed(p, 100, 7);
+	uslab_free(p);
+	char *q = uslab_malloc(100);
+	CHECK(q == p);
+	uslab_free(q);
+	segment_free_units(r);
+	child_done();
+}
+
 static void case_huge_range(void *arg)
 {
 	(void)arg;
@@ -380,6 +406,7 @@ int main(void)
 	run_case(case_reserve, "reserve");
 	run_case(case_slots, "slots");
 	run_case(case_full, "full");
+	run_case(case_none, "none");
 	run_case(case_huge_range, "huge range");
 	if (sanitized())
 		printf("not run: the RLIMIT_AS case (the sanitizers' shadow takes the "

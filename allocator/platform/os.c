@@ -88,6 +88,39 @@ void *os_reserve(size_t size, size_t align)
 	return p;
 }
 
+/*
+ * A sanitizer's runtime in the process - the library's own build's, or the
+ * program's (weak references, resolved when it carries one) - keeps its own
+ * map of the address space, which an address asked for may lie outside:
+ * ASan's on aarch64 ends at 4 TiB under some address space sizes (its
+ * checks then fail on our blocks), TSan's mmap turns such a hint into 0
+ * and ends the process. The kernel's own choices lie inside.
+ */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SANITIZED_BUILD 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || \
+	__has_feature(memory_sanitizer) || __has_feature(hwaddress_sanitizer)
+#define SANITIZED_BUILD 1
+#endif
+#endif
+#ifndef SANITIZED_BUILD
+#define SANITIZED_BUILD 0
+void __asan_init(void) __attribute__((weak, visibility("default")));
+void __tsan_init(void) __attribute__((weak, visibility("default")));
+void __msan_init(void) __attribute__((weak, visibility("default")));
+void __hwasan_init(void) __attribute__((weak, visibility("default")));
+#endif
+
+bool os_sanitized(void)
+{
+#if SANITIZED_BUILD
+	return true;
+#else
+	return __asan_init || __tsan_init || __msan_init || __hwasan_init;
+#endif
+}
+
 /* The same at p exactly, if nothing is mapped there; false if not. */
 bool os_reserve_at(void *p, size_t size)
 {

@@ -171,6 +171,7 @@ void *os_map(size_t size, size_t align, size_t skew, bool reserve);
 void *os_map_aligned(size_t size, size_t align);   /* os_map, not reserved */
 void *os_reserve(size_t size, size_t align);       /* read-only zeros, no memory */
 bool os_reserve_at(void *p, size_t size);          /* ... at p, if it is free */
+bool os_sanitized(void);   /* a sanitizer's runtime is in the process */
 bool os_commit_fixed(void *p, size_t size);        /* part of a reservation: memory */
 bool os_move_fixed(void *from, size_t size, void *to);   /* pages moved there */
 void os_release_fixed(void *p, size_t size);       /* ... read-only zeros again */

@@ -17,9 +17,10 @@
  * between 32 and 64 TiB, where the kernel places nothing of its own choice
  * (it maps downwards from below the stack, and programs sit near 85 TiB or
  * under 4 GiB), as mimalloc asks for its segments above 2 TiB; it also
- * makes the heap's place random. Where that is refused (a sanitizer's
- * shadow, a 39-bit address space) the kernel chooses, and the region may
- * then be unable to grow past its first part.
+ * makes the heap's place random. Where that is refused (a 39-bit address
+ * space), or with a sanitizer's runtime in the process (os_sanitized), the
+ * kernel chooses, and the region may then be unable to grow past its
+ * first part.
  *
  * How much: the reservation grows by a quarter of itself, at least 64 MiB,
  * each time its slots run out (or by one slot under RLIMIT_AS, which
@@ -89,12 +90,14 @@ static void region_reserve(void)
 	region_max = max < REGION_MAX ? max : REGION_MAX;
 	uintptr_t want = region_chunk();
 	void *m = NULL;
-#if !defined(__SANITIZE_THREAD__)   /* its mmap turns a hint outside its map into 0 */
-	uintptr_t at = HINT_LO + (os_random64() % ((HINT_SPAN - region_max) >> SEG_SHIFT) << SEG_SHIFT);
 
-	if (os_reserve_at((void *)at, want))
-		m = (void *)at;
-#endif
+	if (!os_sanitized()) {   /* a sanitizer's map of memory may not cover the hint */
+		uintptr_t at = HINT_LO +
+			       (os_random64() % ((HINT_SPAN - region_max) >> SEG_SHIFT) << SEG_SHIFT);
+
+		if (os_reserve_at((void *)at, want))
+			m = (void *)at;
+	}
 	if (!m)
 		m = os_reserve(want, SEG_SIZE);
 	if (m && ((uintptr_t)m + want - 1) >> REG_ADDR_BITS) {   /* past the registry */

@@ -31,10 +31,8 @@ size_t os_page_size(void)
  * of two >= the page size, skew < align and page-aligned): map
  * size + align - page (mmap's result is page-aligned, so the first such
  * start at or above it lies within), then trim the head and the tail.
- * reserve: count the mapping against the overcommit limit (huge blocks, so
- * that a request the system cannot back fails as under glibc); segments and
- * metadata are mapped MAP_NORESERVE. Returns NULL with errno = ENOMEM on
- * failure.
+ * prot and flags (besides private and anonymous) as mmap takes them.
+ * Returns NULL with errno = ENOMEM on failure.
  */
 static void *map_aligned(size_t size, size_t align, size_t skew, int prot, int flags)
 {
@@ -60,6 +58,9 @@ static void *map_aligned(size_t size, size_t align, size_t skew, int prot, int f
 	return (void *)q;
 }
 
+/* Memory so; reserve: count the mapping against the overcommit limit (huge
+ * blocks, so that a request the system cannot back fails as under glibc);
+ * segments and metadata are mapped MAP_NORESERVE. */
 void *os_map(size_t size, size_t align, size_t skew, bool reserve)
 {
 	return map_aligned(size, align, skew, PROT_READ | PROT_WRITE, reserve ? 0 : MAP_NORESERVE);

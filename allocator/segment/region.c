@@ -130,7 +130,8 @@ static bool region_grow(void)
 	return true;
 }
 
-uintptr_t region_slot_take(void)
+/* seg_lock held */
+static uintptr_t region_slot_take_locked(void)
 {
 	if (!region_tried)
 		region_reserve();
@@ -151,7 +152,15 @@ uintptr_t region_slot_take(void)
 	return seg_region.base + region_top - SEG_SIZE;
 }
 
-/* Without seg_lock: a cut drops only slots never used. */
+uintptr_t region_slot_take(void)
+{
+	seg_lock_take();
+	uintptr_t slot = region_slot_take_locked();
+	seg_unlock();
+	return slot;
+}
+
+/* Without seg_lock: the region only grows. */
 bool region_slot_holds(uintptr_t seg)
 {
 	return seg - READ_ONCE(seg_region.base) < READ_ONCE(region_len);
@@ -161,9 +170,11 @@ void region_slot_give(uintptr_t seg)
 {
 	unsigned i = (unsigned)((seg - seg_region.base) >> SEG_SHIFT);
 
+	seg_lock_take();
 	ASSERT(region_slot_holds(seg) && !bit(region_freed_map, i));
 	region_freed_map[i / 64] |= 1ull << (i % 64);
 	region_freed++;
+	seg_unlock();
 }
 
 void region_divert(bool on)

@@ -66,21 +66,26 @@ size_t segment_committed_bytes(void)
 
 /* ---- segments ------------------------------------------------------------ */
 
+/* A segment at seg made of a freed huge block's pages (carved or moved):
+ * its huge block asked for huge pages, a segment for slabs keeps them;
+ * the header is cleared, the units keep their pages. */
+static struct segment *segment_of_range(uintptr_t seg, bool huge, bool *recycled)
+{
+	*recycled = true;
+	if (option(OPT_HUGE_PAGES))
+		os_hugepage((void *)seg, SEG_SIZE, huge);
+	memset((void *)seg, 0, sizeof(struct segment));
+	return (struct segment *)seg;
+}
+
 /* A segment carved from a freed huge range kept for reuse (committed
  * memory a freed huge block left), if one is big enough (*carved set);
  * NULL if not. */
 static struct segment *segment_carve(bool huge, bool *carved)
 {
-	struct segment *seg = (struct segment *)range_cache_take_aligned(SEG_SIZE, SEG_SIZE);
+	uintptr_t seg = range_cache_take_aligned(SEG_SIZE, SEG_SIZE);
 
-	if (seg) {
-		*carved = true;
-		/* its huge block asked for huge pages: a segment for slabs keeps them */
-		if (option(OPT_HUGE_PAGES))
-			os_hugepage(seg, SEG_SIZE, huge);
-		memset(seg, 0, sizeof(*seg));   /* the header; the units keep their pages */
-	}
-	return seg;
+	return seg ? segment_of_range(seg, huge, carved) : NULL;
 }
 
 /*
@@ -94,27 +99,18 @@ static struct segment *segment_carve(bool huge, bool *carved)
  */
 static struct segment *segment_slot(bool huge, bool *moved)
 {
-	seg_lock_take();
 	uintptr_t slot = region_slot_take();
-	seg_unlock();
 
 	if (!slot)
 		return NULL;
 	uintptr_t range = range_cache_take_aligned(SEG_SIZE, HUGE_PAGE_SIZE);
 
-	if (range && os_move_fixed((void *)range, SEG_SIZE, (void *)slot)) {
-		*moved = true;
-		if (option(OPT_HUGE_PAGES))
-			os_hugepage((void *)slot, SEG_SIZE, huge);
-		memset((void *)slot, 0, sizeof(struct segment));   /* the header */
-		return (struct segment *)slot;
-	}
+	if (range && os_move_fixed((void *)range, SEG_SIZE, (void *)slot))
+		return segment_of_range(slot, huge, moved);
 	if (range)
 		os_unmap((void *)range, SEG_SIZE);
 	if (!os_commit_fixed((void *)slot, SEG_SIZE)) {
-		seg_lock_take();
 		region_slot_give(slot);
-		seg_unlock();
 		return NULL;
 	}
 	if (huge)
@@ -131,9 +127,9 @@ static struct segment *segment_slot(bool huge, bool *moved)
  * region while the region has room, then holds large runs only
  * (segment_serves), so that no slab's frees miss the inline path. A slot
  * for slabs takes the pages of a cached range if one holds 4 MiB (moved
- * by mremap: segment_slot). A carved or moved
- * segment's units all count as dirty: they may hold pages and data, so
- * none is claimed as zeroed, and decay gives them back in time.
+ * by mremap: segment_slot). A carved or moved segment's units all count
+ * as dirty: they may hold pages and data, so none is claimed as zeroed,
+ * and decay gives them back in time.
  */
 static struct segment *segment_map(bool huge, bool large)
 {
@@ -183,9 +179,7 @@ static void segment_unmap(struct segment *seg)
 		return;
 	}
 	os_release_fixed(seg, SEG_SIZE);   /* zeros before the slot is free */
-	seg_lock_take();
 	region_slot_give((uintptr_t)seg);
-	seg_unlock();
 }
 
 static void seg_list_add(struct segment *seg)
@@ -507,7 +501,6 @@ struct slab *segment_alloc_units(unsigned n, uint8_t kind, bool huge_ok, bool *z
 {
 	struct segment *seg, *fresh = NULL;
 	unsigned first = SEG_HDR_UNITS;
-
 	bool large = kind == SLAB_KIND_LARGE;
 
 	seg_lock_take();

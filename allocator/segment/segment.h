@@ -170,12 +170,11 @@ static inline bool segment_is_registered(uintptr_t p)
  * The segment region (region.c): address space reserved from the first
  * segment on, growing in place as it fills, in which segments are placed
  * while it has room. Its unused parts read as zero, so a descriptor
- * anywhere in fast_len bytes from base can be
- * read whatever p is: one of a segment not in use is clear, as a free
- * unit's, and refuses every free. free's inline path so tells a pointer
- * to take by one subtraction and one compare (fast_len is what is reserved:
- * 0 before the reservation, without one, and while frees are diverted;
- * base starts at
+ * anywhere in fast_len bytes from base can be read whatever p is: one of
+ * a segment not in use is clear, as a free unit's, and refuses every
+ * free. free's inline path so tells a pointer to take by one subtraction
+ * and one compare (fast_len is what is reserved: 0 before the
+ * reservation, without one, and while frees are diverted; base starts at
  * 2^63, so that a thread that sees fast_len set before base still finds
  * no pointer inside). A segment outside it (the region full, or none) is
  * still registered: its frees take the slow path.
@@ -201,8 +200,9 @@ static inline bool segment_region_fast(uintptr_t p, uintptr_t *rel)
 #endif
 }
 
-/* region.c, seg_lock held: a slot of the region for a new segment (0:
- * none), and a slot given back; region_slot_holds: is seg one? */
+/* region.c, each taking seg_lock: a slot of the region for a new segment
+ * (0: none), a slot given back (its pages read-only zeros again already);
+ * region_slot_holds, without it: is seg one? */
 uintptr_t region_slot_take(void);
 void region_slot_give(uintptr_t seg);
 bool region_slot_holds(uintptr_t seg);

@@ -135,6 +135,10 @@ struct thread_heap {
 	unsigned refills;                    /* refills of any cache by its thread
 						(owner only; from 0 when a thread
 						takes the heap): cpu.c, refill_ordered */
+	unsigned fresh_units;                /* units of new slabs its thread took since
+						it last gave back its classes' foreign
+						objects (owner only): cpu.c,
+						release_foreign */
 	/* held by its thread while it flushes (exit, uslab_thread_flush,
 	 * shrink), and by destroy, validate and fork while they read or flush
 	 * its cpu slabs and messages; a thread's fast and slow paths take none */

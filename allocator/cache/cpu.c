@@ -8,7 +8,8 @@
  * paths, which end in cache_alloc_slow when the freelist is empty):
  *   cache_alloc_slow -> cpu_refill -> inbox_take (remote.c)
  *                                  -> refill_from_active -> slab_take_private, slab_build_more
- *                                  -> refill_slab -> cpu-partial, partial_take, slab_new
+ *                                  -> refill_slab -> cpu-partial, partial_take,
+ *                                                 release_foreign + slab_new
  * and of a free outside the active slab:
  *   cache_free_slow / slab_free_slow -> free_local_or_remote
  *       -> cpu_local_push (this thread owns it) | free_by_message (another does)
@@ -612,6 +613,44 @@ static unsigned cold_refill_objects(const struct uslab_cache *s)
 }
 
 /*
+ * Before this thread takes a new slab for s, once every RELEASE_UNITS
+ * units of new slabs: the foreign objects its other malloc classes hold
+ * go back to their slabs. Freed in random order (a structure torn down),
+ * such objects lie one per slab, and each keeps its slab from emptying:
+ * 1,024 objects of 64 bytes, a foreign budget's worth, can hold 16 MiB of
+ * slabs that a thread now allocating other sizes would otherwise leave
+ * aside for fresh memory. Given back, the slabs that empty return their
+ * units, which the new slabs can then be (docs/ownership.md). Once every
+ * 16 units (256 KiB) rather than at every new slab: the walks of the
+ * lists then cost `churn` 0.7 % more instructions, not 3 %.
+ */
+#define RELEASE_UNITS 16
+static void release_foreign(struct uslab_cache *s)
+{
+	struct thread_heap *h = tls_heap;
+
+	h->fresh_units += s->units;
+	if (h->fresh_units < RELEASE_UNITS)
+		return;
+	h->fresh_units = 0;
+	for_each_heap_id(h, id) {
+		struct cpu_slab *o = &h->cpu[id];
+		/* (no slab: a head written over after its free, which the
+		 * class's next malloc reports) */
+		struct slab *any = id != s->id && o->freelist ? ptr_to_slab(o->freelist) : NULL;
+
+		if (!any)
+			continue;
+		struct uslab_cache *os = any->cache;
+
+		/* foreign objects went on the list since it was last sorted or
+		 * ran dry (refilled, it has its whole budget again) */
+		if ((os->flags & CACHE_MALLOC) && o->foreign_left < os->foreign_max)
+			flush_foreign(os, o, NULL, NULL);
+	}
+}
+
+/*
  * A slab to make active, frozen for this thread, and its objects: the
  * cpu-partial list's head if it has something to give (the slabs that do
  * come first; a dry head goes to the tail, to be looked at again in its
@@ -644,6 +683,7 @@ static struct slab *refill_slab(struct uslab_cache *s, struct cpu_slab *c, void 
 		if (order)
 			*freelist = chain_in_order(s, slab, *freelist, *count);
 	} else {
+		release_foreign(s);
 		slab = slab_new(s);
 		if (!slab) {
 			errno = ENOMEM;

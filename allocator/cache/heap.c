@@ -58,6 +58,7 @@ static struct thread_heap *heap_get(void)
 		heap_inboxes_open(h);
 	h->live = 1;
 	h->refills = 0;
+	h->fresh_units = 0;
 	h->exited = 0;
 	unlock_ranked(&heaps_lock, RANK_HEAPS);
 	pthread_setspecific(heap_key, h);

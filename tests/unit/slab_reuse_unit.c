@@ -141,11 +141,64 @@ static void check_remote_refills_grow(void)
 		give(live[i], N);
 }
 
+/* A structure torn down in random order, then other sizes allocated: the
+ * teardown's last foreign budget of 64-byte blocks lies one per slab on
+ * the thread's freelist, each keeping its slab from emptying. Once the
+ * thread has taken a few new slabs for the other sizes, those blocks go
+ * back to their slabs, which empty and give their units back; before,
+ * hundreds of 64-byte slabs stayed until the class was allocated again. */
+static void check_teardown_releases_slabs(void)
+{
+	enum { N = 64 * 1024, BIG = 224, NBIG = 8192 };
+	static void *v[N], *big[NBIG];
+	static unsigned order[N];
+	struct uslab_cache_info before, after;
+
+	for (unsigned i = 0; i < N; i++) {
+		v[i] = take(64);
+		order[i] = i;
+	}
+	/* (the first blocks may be the start-up arena's, not a slab's) */
+	struct slab *last = ptr_to_slab(v[N - 1]);
+
+	REQUIRE(last != NULL);
+	struct uslab_cache *k64 = last->cache;
+	uint64_t x = 0x9e3779b97f4a7c15ull;   /* a fixed shuffle */
+
+	for (unsigned i = N - 1; i > 0; i--) {
+		x = x * 6364136223846793005ull + 1442695040888963407ull;
+		unsigned j = (unsigned)((x >> 33) % (i + 1)), t = order[i];
+
+		order[i] = order[j];
+		order[j] = t;
+	}
+	for (unsigned i = 0; i < N; i++)
+		give(v[order[i]], 64);
+	REQUIRE(uslab_cache_info(k64, &before) == 0);
+	CHECK_EQ(before.live_objects, 0);
+	/* the case this is about: far more slabs than the thread owns */
+	CHECK(before.slabs > 4 * (size_t)k64->cpu_partial);
+	for (unsigned i = 0; i < NBIG; i++)   /* 1.8 MiB, over 100 new slabs */
+		big[i] = take(BIG);
+	REQUIRE(uslab_cache_info(k64, &after) == 0);
+	/* left: the slabs the thread holds (its active one and cpu-partial
+	 * list) and the empty ones the cache keeps on its partial list */
+	size_t kept = 1 + (size_t)k64->cpu_partial + (size_t)k64->min_partial;
+
+	if (after.slabs > kept)
+		fprintf(stderr, "64-byte slabs: %zu after the teardown, %zu after other sizes\n",
+			before.slabs, after.slabs);
+	CHECK(after.slabs <= kept);
+	for (unsigned i = 0; i < NBIG; i++)
+		give(big[i], BIG);
+}
+
 int main(void)
 {
 	check_page_class_cycle();
 	check_small_class_cycle();
 	check_remote_refills_grow();
+	check_teardown_releases_slabs();
 	CHECK_EQ(kmalloc_validate_all(), 0);
 	return test_done("slab_reuse_unit");
 }

@@ -115,6 +115,8 @@ static void slab_release(struct uslab_cache *s, struct slab *slab, void *chain, 
 		slab->local_count = 0;
 	}
 	if (slab->built < s->objects) {
+		if (slab_release_unbuilt(s, slab, n))
+			return;
 		head = slab_build(s, slab, head, BUILD_REST, &k);
 		n += k;
 		if (!tail)

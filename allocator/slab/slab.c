@@ -352,6 +352,33 @@ void slab_unfreeze(struct uslab_cache *s, struct slab *slab, void *head, void *t
 }
 
 /*
+ * Owner only: give up a frozen slab whose objects are not all built yet,
+ * when none of them is out - every built one is free, on the word's list
+ * or among the n the caller holds privately (its chains, dropped with the
+ * slab): it goes back to its segment EMPTY, without the build that an
+ * unfrozen slab needs otherwise, which would write the pages of objects
+ * nobody used (a thread that exits having freed all it allocated). Nothing
+ * out means no free can come meanwhile, so the word cannot change under
+ * the dwcas (a double free that changed it sends the caller the usual way,
+ * which reports it). false, and nothing done, when some object is out.
+ */
+bool slab_release_unbuilt(struct uslab_cache *s, struct slab *slab, unsigned n)
+{
+	dword_t old = dwcas_read(&slab->xword), nw;
+
+	ASSERT(ctr_frozen(old.hi) && slab->built < s->objects);
+	if (ctr_inuse(old.hi) != n + (s->objects - slab->built))
+		return false;
+	nw.lo = 0;
+	nw.hi = ctr_make(0, s->objects, false);
+	if (!dwcas_try_cmpxchg(&slab->xword, &old, nw))
+		return false;
+	stat_add(s, STAT_DEACTIVATE_EMPTY, 1);
+	slab_discard(s, slab);
+	return true;
+}
+
+/*
  * Free the chain head..tail (cnt objects, tail's free pointer is set here)
  * into a slab the caller does not own: one dwcas pushes the chain, lowers
  * inuse and reads frozen. Transitions:

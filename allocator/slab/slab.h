@@ -324,6 +324,7 @@ enum build_step { BUILD_GROW, BUILD_PAGE, BUILD_REST };
 void *slab_build(struct uslab_cache *s, struct slab *slab, void *then, enum build_step step,
 		 unsigned *count);
 void slab_discard(struct uslab_cache *s, struct slab *slab);
+bool slab_release_unbuilt(struct uslab_cache *s, struct slab *slab, unsigned n);
 void slab_unfreeze(struct uslab_cache *s, struct slab *slab, void *head, void *tail,
 		   unsigned n);
 void *slab_take_freelist(struct uslab_cache *s, struct slab *slab, bool freeze, unsigned max,

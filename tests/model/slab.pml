@@ -483,6 +483,51 @@ inline shrink_partial()
 
 /* ---- owner side ----------------------------------------------------------------- */
 
+/* slab_release_unbuilt: a slab with objects not built yet and none out -
+ * every object on the word's list, in my hands (n of them: the chain and
+ * the local list) or unbuilt - goes EMPTY and unfrozen with one dwcas and
+ * is discarded, without the build. ok: it did; else nothing changed. */
+inline release_unbuilt()
+{
+	dw_read();
+	d_step {
+		ok = 0;
+		if
+#ifndef M_UNBUILT_UNCHECKED
+		:: o_in == n + NOBJ - built && CAS_MATCH ->
+#else
+		:: CAS_MATCH ->
+#endif
+			wfl = 0; winuse = 0; wfrozen = 0;
+			ok = 1; REACH(31)
+		:: else -> skip
+		fi
+	};
+	if
+	:: ok ->
+		d_step {   /* slab_discard's checks, its objects anywhere but out */
+			assert(!on_partial && !s_partial);
+			assert(owner == 0 && owner_tp == 0 && local_free == 0);
+			assert(holder == 0);
+			q = 0;
+			do
+			:: q <= NTHR -> assert(q == who || !busy[q]); q++
+			:: else -> break
+			od;
+			q = 1;
+			do
+			:: q <= NOBJ ->
+				assert(loc[q] == L_SHARED || loc[q] == L_HAND(me) || loc[q] == L_UNBUILT);
+				loc[q] = L_GONE; q++
+			:: else -> break
+			od;
+			discarded = 1;
+			busy[who] = 0
+		}
+	:: else -> skip
+	fi
+}
+
 /* slab_release(slab, chain): clear the owner, splice chain + local list +
  * unbuilt objects back, unfreeze. chain is on my cpu freelist (ghost). */
 inline slab_release()
@@ -510,14 +555,19 @@ inline slab_release()
 	};
 	if
 	:: built < NOBJ ->
-		slab_build(REST, head);
-		d_step {
-			head = bchain; n = n + bn;
-			if :: tail == 0 -> tail = NOBJ :: else -> skip fi
-		}
-	:: else -> skip
-	fi;
-	slab_unfreeze()
+		release_unbuilt();
+		if
+		:: ok -> skip
+		:: else ->
+			slab_build(REST, head);
+			d_step {
+				head = bchain; n = n + bn;
+				if :: tail == 0 -> tail = NOBJ :: else -> skip fi
+			};
+			slab_unfreeze()
+		fi
+	:: else -> slab_unfreeze()
+	fi
 }
 
 /* cpu_partial_put: a slab a free of mine has just frozen for me (with one

@@ -527,10 +527,16 @@ static void test_flush_exhausted_with_remote_frees(void)
 static void test_flush_to_empty_kept(void)
 {
 	struct uslab_cache *c = new_cache("t-flush-empty-kept");
-	void *x = uslab_cache_alloc(c);
+	static void *objs[PER];
+
+	for (unsigned i = 0; i < PER; i++)          /* every object built */
+		objs[i] = uslab_cache_alloc(c);
+	void *x = objs[0];
 	struct slab *slab = ptr_to_slab(x);
 
-	uslab_cache_free(c, x);                      /* fast path: back on the private list */
+	CHECK_EQ(slab->built, PER);
+	for (unsigned i = 0; i < PER; i++)          /* fast path: back on the private list */
+		uslab_cache_free(c, objs[i]);
 	uslab_thread_flush();
 	struct word w = word_of(x);
 	CHECK(w.slab == slab);
@@ -546,12 +552,57 @@ static void test_flush_to_empty_kept(void)
 	finish(c, NULL, 0);
 }
 
+/* EMPTY at deactivation with objects never built: discarded, whatever the
+ * partial list holds, and not built first - the pages of its unbuilt
+ * objects are never written (slab_release_unbuilt). */
+static void test_flush_unbuilt_empty_discarded(void)
+{
+	struct uslab_cache *c = new_cache("t-flush-unbuilt");
+	void *x = uslab_cache_alloc(c), *y = uslab_cache_alloc(c);
+	struct slab *slab = ptr_to_slab(x);
+	struct uslab_cache_info before = info_of(c);
+
+	CHECK_EQ(slab->built, PAGE_OBJS);
+	CHECK_EQ(nr_partial(c), 0);
+	uslab_cache_free(c, x);
+	uslab_cache_free(c, y);
+	uslab_thread_flush();
+	struct uslab_cache_info after = info_of(c);
+	CHECK_EQ(after.slabs_freed, before.slabs_freed + 1);
+	CHECK_EQ(after.slabs, 0);
+	CHECK_EQ(nr_partial(c), 0);
+	CHECK(ptr_to_slab(x) == NULL);               /* its units went back */
+	CHECK_EQ(uslab_cache_validate(c), 0);
+	finish(c, NULL, 0);
+}
+
+/* The same with one object still out: built, and PARTIAL on the list. */
+static void test_flush_unbuilt_partial(void)
+{
+	struct uslab_cache *c = new_cache("t-flush-unbuilt-partial");
+	void *x = uslab_cache_alloc(c), *y = uslab_cache_alloc(c);
+	struct slab *slab = ptr_to_slab(x);
+
+	uslab_cache_free(c, x);
+	uslab_thread_flush();
+	struct word w = word_of(y);
+	CHECK(w.slab == slab && !w.frozen && w.on_partial);
+	CHECK_EQ(w.inuse, 1);
+	CHECK_EQ(slab->built, PER);
+	CHECK_EQ(chain_len(c, w.freelist), PER - 1);
+	CHECK_EQ(uslab_cache_validate(c), 0);
+	finish(c, &y, 1);
+}
+
 /* EMPTY at deactivation with min_partial slabs already listed: discarded. */
 static void test_flush_to_empty_discarded(void)
 {
 	struct uslab_cache *c = new_cache("t-flush-empty-gone");
-	static void *objs[16 * PER];
-	void *x = uslab_cache_alloc(c);              /* our active slab, made first */
+	static void *objs[16 * PER], *mine[PER];
+
+	for (unsigned i = 0; i < PER; i++)          /* our active slab, made first, built */
+		mine[i] = uslab_cache_alloc(c);
+	void *x = mine[0];
 	struct slab *slab = ptr_to_slab(x);
 
 	other_make_partial(c, objs, c->min_partial, 1);
@@ -560,7 +611,8 @@ static void test_flush_to_empty_discarded(void)
 	CHECK_EQ(uslab_cache_validate(c), 0);
 	struct uslab_cache_info before = info_of(c);
 
-	uslab_cache_free(c, x);
+	for (unsigned i = 0; i < PER; i++)
+		uslab_cache_free(c, mine[i]);
 	uslab_thread_flush();
 	struct uslab_cache_info after = info_of(c);
 	CHECK_EQ(after.slabs_freed, before.slabs_freed + 1);
@@ -1817,6 +1869,8 @@ int main(void)
 	test_flush_exhausted_with_remote_frees();
 	test_flush_to_empty_kept();
 	test_flush_to_empty_discarded();
+	test_flush_unbuilt_empty_discarded();
+	test_flush_unbuilt_partial();
 	test_full_remote_free_freezes();
 	test_owner_local_frees();
 	test_full_remote_free_without_heap();

@@ -174,8 +174,9 @@ struct slab *slab_new(struct uslab_cache *s)
  * about as fast as they are used, in a handful of calls; BUILD_PAGE one
  * page's worth; BUILD_REST all that remain. Unbuilt objects are counted in
  * use by the coupled word and sit on no list: they are the owner's, like its
- * private chain, and slab_release builds them before the slab is unfrozen,
- * so an unfrozen slab is always fully built. Returns the chain; *count its
+ * private chain, and slab_release builds them before the slab is unfrozen
+ * (or, none of its objects out, discards it: slab_release_unbuilt), so an
+ * unfrozen slab is always fully built. Returns the chain; *count its
  * length.
  */
 void *slab_build(struct uslab_cache *s, struct slab *slab, void *then, enum build_step step,

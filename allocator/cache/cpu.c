@@ -637,9 +637,7 @@ static void release_foreign(struct uslab_cache *s)
 	h->fresh_units = 0;
 	for_each_heap_id(h, id) {
 		struct cpu_slab *o = &h->cpu[id];
-		/* (no slab: a head written over after its free, which the
-		 * class's next malloc reports) */
-		struct slab *any = id != s->id && o->freelist ? ptr_to_slab(o->freelist) : NULL;
+		struct slab *any = id != s->id && o->freelist ? cpu_any_slab(o) : NULL;
 
 		if (!any)
 			continue;

@@ -122,8 +122,7 @@ static void heap_flush_all(struct thread_heap *h, bool exiting)
 		/* a thread that only frees may hold cached objects and no
 		 * slab; its frees put aside wait only beside a slab it
 		 * holds (cpu_aside), so their list is not read here */
-		struct slab *any = c->slab ? c->slab : c->partial ? c->partial :
-				   c->freelist ? ptr_to_slab(c->freelist) : NULL;
+		struct slab *any = cpu_any_slab(c);
 
 		ASSERT(any || !cpu_aside(id, c) || !cpu_aside(id, c)->freelist);
 		if (any)

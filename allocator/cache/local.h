@@ -61,6 +61,19 @@ static inline void slab_free_chain(struct uslab_cache *s, struct cpu_slab *c, st
 		cpu_partial_put(s, c, slab);
 }
 
+/*
+ * A slab of the cache whose cpu slab c is - its active one, a cpu-partial
+ * one, or that of the object on its freelist's head (a thread that only
+ * frees holds objects and no slab) - for the walks of a heap, whose cpu
+ * slabs are known by id; NULL when c holds none (or when that head was
+ * written over after its free, which the class's next malloc reports).
+ */
+static inline struct slab *cpu_any_slab(const struct cpu_slab *c)
+{
+	return c->slab ? c->slab : c->partial ? c->partial :
+	       c->freelist ? ptr_to_slab(c->freelist) : NULL;
+}
+
 /* remote.c */
 void inbox_drain(struct thread_heap *h, unsigned id, bool close);
 void *inbox_take(struct thread_heap *h, unsigned id, void **tail, unsigned *n);

@@ -277,8 +277,9 @@ USLAB_CORE_INLINE_ struct uslab_cpu_cache_ *uslab_cpu_at_(void *base, unsigned l
  * The next object of the cpu freelist at base + off, or NULL when it is
  * empty - or when the head is no address at all: a free pointer
  * overwritten after its free decodes to noise, which the pop that would
- * follow it refuses (the slow path then names it). One instruction more than a NULL test: 0 and
- * anything at or above 2^USLAB_ADDR_BITS_ both fail one compare.
+ * follow it refuses (the slow path then names it). One instruction more
+ * than a NULL test: 0 and anything at or above 2^USLAB_ADDR_BITS_ both
+ * fail one compare.
  */
 USLAB_CORE_INLINE_ void *uslab_cpu_pop_at_(void *base, unsigned long *off, unsigned long fp_offset,
 					  const uslab_word_ *key)

@@ -191,12 +191,14 @@ inline remove_partial()
 	s_partial = 0; on_partial = 0; nr_partial--
 }
 
-/* slab_discard: the units go back to the segment. */
-inline discard()
+/* slab_discard: the units go back to the segment. Every object is on the
+ * word's list - or, unbuilt 1 (slab_release_unbuilt), also in my hands or
+ * not built yet. */
+inline discard_from(unbuilt)
 {
 	d_step {
 		assert(!wfrozen && winuse == 0 && !on_partial && !s_partial);
-		assert(owner == 0 && owner_tp == 0 && local_free == 0 && built == NOBJ);
+		assert(owner == 0 && owner_tp == 0 && local_free == 0 && (unbuilt || built == NOBJ));
 		assert(holder == 0);
 		q = 0;
 		do
@@ -205,13 +207,18 @@ inline discard()
 		od;
 		q = 1;
 		do
-		:: q <= NOBJ -> assert(loc[q] == L_SHARED); loc[q] = L_GONE; q++
+		:: q <= NOBJ ->
+			assert(loc[q] == L_SHARED ||
+			       unbuilt && (loc[q] == L_HAND(me) || loc[q] == L_UNBUILT));
+			loc[q] = L_GONE; q++
 		:: else -> break
 		od;
 		discarded = 1;
 		busy[who] = 0
 	}
 }
+
+inline discard() { discard_from(0) }
 
 /* slab_new: the slab's units again (fails, ENOMEM, while it is in use:
  * the model has one slab). Not yet visible to any other thread. */
@@ -503,29 +510,7 @@ inline release_unbuilt()
 		:: else -> skip
 		fi
 	};
-	if
-	:: ok ->
-		d_step {   /* slab_discard's checks, its objects anywhere but out */
-			assert(!on_partial && !s_partial);
-			assert(owner == 0 && owner_tp == 0 && local_free == 0);
-			assert(holder == 0);
-			q = 0;
-			do
-			:: q <= NTHR -> assert(q == who || !busy[q]); q++
-			:: else -> break
-			od;
-			q = 1;
-			do
-			:: q <= NOBJ ->
-				assert(loc[q] == L_SHARED || loc[q] == L_HAND(me) || loc[q] == L_UNBUILT);
-				loc[q] = L_GONE; q++
-			:: else -> break
-			od;
-			discarded = 1;
-			busy[who] = 0
-		}
-	:: else -> skip
-	fi
+	if :: ok -> discard_from(1) :: else -> skip fi
 }
 
 /* slab_release(slab, chain): clear the owner, splice chain + local list +

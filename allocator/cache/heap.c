@@ -57,6 +57,9 @@ static struct thread_heap *heap_get(void)
 	if (h->exited)   /* a recycled heap: messages may come again */
 		heap_inboxes_open(h);
 	h->live = 1;
+	/* its last thread's runs went back at its exit; its credit goes too,
+	 * or a thread that only frees large blocks would keep them */
+	h->runs.credit = 0;
 	h->refills = 0;
 	h->fresh_units = 0;
 	h->exited = 0;

@@ -8,7 +8,8 @@
  *   joined runs   two neighbouring runs freed come back as one that serves
  *                 a block of both sizes, without seg_lock
  *   consumer      a thread that only frees large blocks others allocated
- *                 keeps none of them: they go back to their segment
+ *                 keeps none of them: they go back to their segment - also
+ *                 one whose heap served a thread that kept runs
  *   realloc       a large block grown in small steps beside another growing
  *                 one moves a logarithmic number of times, keeping content;
  *                 a shrink by less than half stays in place with its units
@@ -133,18 +134,57 @@ static void *consumer(void *arg)
 	return NULL;
 }
 
-static void test_consumer_keeps_nothing(void)
+/* handed[]: blocks the main thread allocates, for a consumer to free */
+static void hand_blocks(void)
 {
-	pthread_t t;
-
 	for (int i = 0; i < HANDED; i++) {
 		handed[i] = uslab_malloc(64 * KiB + (size_t)i * 16 * KiB);
 		REQUIRE(handed[i] != NULL);
 		touch(handed[i], 64 * KiB);
 	}
+}
+
+static void run_consumer(void)
+{
+	pthread_t t;
+
 	REQUIRE(pthread_create(&t, NULL, consumer, NULL) == 0);
 	pthread_join(t, NULL);
 	CHECK_EQ(kmalloc_validate_all(), 0);
+}
+
+static void test_consumer_keeps_nothing(void)
+{
+	hand_blocks();
+	run_consumer();
+}
+
+/* A thread that allocates large blocks, earning the credit to keep as many
+ * runs, and exits without freeing them. */
+static void *large_user(void *arg)
+{
+	void **blocks = arg;
+
+	for (int i = 0; i < HANDED; i++)
+		blocks[i] = uslab_malloc(64 * KiB);
+	return NULL;
+}
+
+/* The consumer's heap is the exited thread's (the only heap not live: the
+ * main thread made its own first, for the blocks it hands over); the
+ * credit stays with the thread that earned it. Run first, while no other
+ * thread has exited. */
+static void test_recycled_heap_keeps_nothing(void)
+{
+	void *blocks[HANDED];
+	pthread_t t;
+
+	hand_blocks();
+	REQUIRE(pthread_create(&t, NULL, large_user, blocks) == 0);
+	pthread_join(t, NULL);
+	run_consumer();
+	for (int i = 0; i < HANDED; i++)
+		uslab_free(blocks[i]);
 }
 
 /* Four buffers grown in turn by 1-2 KiB steps from 40 KiB to 1.5 MiB, with
@@ -210,6 +250,7 @@ static void test_realloc_grow(void)
 
 int main(void)
 {
+	test_recycled_heap_keeps_nothing();
 	test_kept_runs();
 	test_joined_runs();
 	test_consumer_keeps_nothing();

@@ -157,6 +157,7 @@ static struct segment *segment_map(bool huge, bool large)
 	}
 	seg->magic = SEG_MAGIC;
 	seg->free_miss = seg->dirty_miss = SEG_UNITS + 1;
+	seg->slab_units = 0;
 	memset(seg->free_map, 0xff, sizeof(seg->free_map));
 	seg->free_map[0] &= ~((1ull << SEG_HDR_UNITS) - 1);
 	seg->free_units = SEG_UNITS - SEG_HDR_UNITS;
@@ -461,32 +462,48 @@ static bool segment_serves(const struct segment *seg, bool huge_ok, bool large)
 	return (huge_ok || !seg->huge) && (large || !seg->large_only);
 }
 
+/* Which segments a search looks in: any, those that hold slabs, or those
+ * that hold none. */
+enum seg_pick { PICK_ANY, PICK_SLABS, PICK_NO_SLABS };
+
+static bool segment_picked(const struct segment *seg, enum seg_pick pick)
+{
+	return pick == PICK_ANY || (seg->slab_units != 0) == (pick == PICK_SLABS);
+}
+
 /*
  * seg_lock held: the segment and first unit of a free run of n units in a
- * segment that may hold it (segment_serves), NULL if none. Committed runs
- * first (reusing them costs no page faults), else the free run with the
- * fewest clean units in any segment.
+ * segment that may hold it (segment_serves) and that pick allows, NULL if
+ * none. Committed runs first (reusing them costs no page faults), then,
+ * unless dirty_only, the free run with the fewest clean units. Only a
+ * search of every segment records its misses (dirty_miss, free_miss).
  */
-static struct segment *find_free_run(unsigned n, bool huge_ok, bool large, unsigned *first)
+static struct segment *find_free_run_in(unsigned n, bool huge_ok, bool large, enum seg_pick pick,
+					bool dirty_only, unsigned *first)
 {
 	struct segment *seg, *best = NULL;
 	unsigned best_clean = n + 1;
 
 	for (seg = seg_list; seg; seg = seg->next) {
-		if (seg->dirty_units < n || n >= seg->dirty_miss || !segment_serves(seg, huge_ok, large))
+		if (seg->dirty_units < n || n >= seg->dirty_miss ||
+		    !segment_serves(seg, huge_ok, large) || !segment_picked(seg, pick))
 			continue;
 		*first = find_run(seg->dirty_map, n);
 		if (*first < SEG_UNITS)
 			return seg;
-		seg->dirty_miss = (uint16_t)n;
+		if (pick == PICK_ANY)
+			seg->dirty_miss = (uint16_t)n;
 	}
+	if (dirty_only)
+		return NULL;
 	for (seg = seg_list; seg && best_clean > 1; seg = seg->next) {
 		unsigned clean, at;
 
-		if (seg->free_units < n || n >= seg->free_miss || !segment_serves(seg, huge_ok, large))
+		if (seg->free_units < n || n >= seg->free_miss ||
+		    !segment_serves(seg, huge_ok, large) || !segment_picked(seg, pick))
 			continue;
 		at = find_window(seg, n, &clean);
-		if (at == SEG_UNITS)
+		if (at == SEG_UNITS && pick == PICK_ANY)
 			seg->free_miss = (uint16_t)n;
 		if (at < SEG_UNITS && clean < best_clean) {
 			best = seg;
@@ -495,6 +512,24 @@ static struct segment *find_free_run(unsigned n, bool huge_ok, bool large, unsig
 		}
 	}
 	return best;
+}
+
+/*
+ * seg_lock held: where a run of n units goes. Slabs and large runs are
+ * kept apart where they can be: a slab cut from the free run a large block
+ * left splits the room the next large block needs, which then comes from
+ * fresh pages (docs/large.md, "Slabs and large runs apart"). So a slab
+ * looks first in the segments that hold slabs (committed units, then the
+ * fewest clean: a slab is a few units, faulted in once), a large run first
+ * at the committed runs of segments that hold none; then either takes the
+ * best run anywhere, as when there is no other.
+ */
+static struct segment *find_free_run(unsigned n, bool huge_ok, bool large, unsigned *first)
+{
+	struct segment *seg = large ? find_free_run_in(n, huge_ok, true, PICK_NO_SLABS, true, first) :
+				      find_free_run_in(n, huge_ok, false, PICK_SLABS, false, first);
+
+	return seg ? seg : find_free_run_in(n, huge_ok, large, PICK_ANY, false, first);
 }
 
 struct slab *segment_alloc_units(unsigned n, uint8_t kind, bool huge_ok, bool *zeroed)
@@ -521,6 +556,8 @@ struct slab *segment_alloc_units(unsigned n, uint8_t kind, bool huge_ok, bool *z
 	}
 	struct slab *head = run_claim(seg, first, n, kind, zeroed);
 
+	if (kind == SLAB_KIND_SLAB)
+		seg->slab_units += n;
 	seg_unlock();
 	if (fresh)   /* raced: someone else made room; keep ours as the reserve */
 		segment_give_back(fresh);
@@ -545,6 +582,8 @@ static bool __segment_free_units(struct slab *head)
 	unsigned first = desc_unit(head), n = head->nunits;
 
 	ASSERT(head->head == head && n >= 1 && first + n <= SEG_UNITS);
+	if (head->kind == SLAB_KIND_SLAB)
+		seg->slab_units -= n;
 	descs_clear(seg, first, n);
 	units_give(seg, first, n, true);
 	biased_dec_return(&seg->users);
@@ -882,6 +921,8 @@ long segment_check_descs(bool (*has_free_check)(const struct slab *head))
 
 	seg_lock_take();
 	for (struct segment *seg = seg_list; seg; seg = seg->next) {
+		unsigned slab_units = 0;
+
 		for (unsigned i = 0; i < SEG_HDR_UNITS; i++)
 			if (seg->desc[i].head || seg->desc[i].kind || seg->desc[i].kfree_limit)
 				DPROBLEM(seg, i, "a header unit's descriptor is written");
@@ -900,8 +941,15 @@ long segment_check_descs(bool (*has_free_check)(const struct slab *head))
 				i++;
 			} else {
 				bad += check_run(seg, i, has_free_check);
+				if (d->kind == SLAB_KIND_SLAB)
+					slab_units += d->nunits;
 				i += d->nunits ? d->nunits : 1;
 			}
+		}
+		if (slab_units != seg->slab_units) {
+			fprintf(stderr, "uslab: segment %p: its slabs take %u units, slab_units says %u\n",
+				(void *)seg, slab_units, seg->slab_units);
+			bad++;
 		}
 		bad += check_miss(seg, seg->free_map, seg->free_miss, "free");
 		bad += check_miss(seg, seg->dirty_map, seg->dirty_miss, "dirty");

@@ -109,6 +109,8 @@ struct segment {
 						listed) */
 	bool large_only;                     /* carved outside the segment region:
 						large runs only (segment_map) */
+	uint16_t slab_units;                 /* units of its slabs in use: which
+						runs it prefers (find_free_run) */
 	/* no free run (free_miss) or dirty run (dirty_miss) of this many units
 	 * or more: the fewest find_free_run looked for in vain since such runs
 	 * last grew (a free); SEG_UNITS + 1 when unknown. Claims only shorten

@@ -3,7 +3,9 @@
  * program touches one or two pages of the descriptor array, not all nine;
  * a run's descriptors are written when it is claimed (a kmalloc slab's
  * free-check fields in every unit) and cleared when its units go back, and
- * malloc's free takes an object in any unit of its slab.
+ * malloc's free takes an object in any unit of its slab. A slab goes to a
+ * segment that holds slabs, a large run to one that holds none, where
+ * both have room.
  * A fresh process: the first test sees the program's first segment. */
 #include "test.h"
 #include "kmalloc_check.h"
@@ -175,10 +177,53 @@ static void check_run_descriptors(void)
 	CHECK_EQ(kmalloc_validate_all(), 0);
 }
 
+static uintptr_t seg_of(const struct slab *run)
+{
+	return (uintptr_t)ptr_segment((void *)slab_start(run));
+}
+
+/* Slabs and large runs apart: with committed free units in two segments,
+ * one holding a slab and one holding none, a new slab goes to the first and
+ * a large run to the second, whichever the list has first. */
+static void check_slabs_apart(void)
+{
+	enum { BIG = 200, REST = 100 };
+	struct slab *slab = segment_alloc_units(1, SLAB_KIND_SLAB, false, NULL);
+	struct slab *big = segment_alloc_units(BIG, SLAB_KIND_LARGE, false, NULL);
+	struct slab *other = segment_alloc_units(REST, SLAB_KIND_LARGE, false, NULL);
+
+	REQUIRE(slab && big && other);
+	if (seg_of(big) != seg_of(slab) || seg_of(other) == seg_of(slab)) {
+		test_skip("the runs did not land as this test arranges them");
+		segment_free_units(other);
+		segment_free_units(big);
+		segment_free_units(slab);
+		return;
+	}
+	uintptr_t with_slabs = seg_of(slab), without = seg_of(other);
+
+	segment_free_units(other);   /* committed free units in both */
+	segment_free_units(big);
+	CHECK_EQ(segment_unit_state((void *)slab_start(big)), 1);
+	CHECK_EQ(segment_unit_state((void *)slab_start(other)), 1);
+	struct slab *slab2 = segment_alloc_units(1, SLAB_KIND_SLAB, false, NULL);
+	struct slab *run = segment_alloc_units(REST / 2, SLAB_KIND_LARGE, false, NULL);
+
+	REQUIRE(slab2 && run);
+	CHECK(seg_of(slab2) == with_slabs);
+	CHECK(seg_of(run) == without);
+	CHECK_EQ(kmalloc_validate_all(), 0);
+	segment_free_units(run);
+	segment_free_units(slab2);
+	segment_free_units(slab);
+	CHECK_EQ(kmalloc_validate_all(), 0);
+}
+
 int main(void)
 {
 	check_fresh_segment_pages();
 	check_tail_unit_objects();
 	check_run_descriptors();
+	check_slabs_apart();
 	return test_done("segment_desc_unit");
 }

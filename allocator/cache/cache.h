@@ -173,6 +173,10 @@ struct thread_heap {
 	struct mailbox msg_returns;          /* its messages, drained: posted back by
 						their receivers, taken whole by the owner */
 	struct remote_msg *k_outbox[STATIC_IDS];
+	uint8_t k_refills[STATIC_IDS];       /* refills of each malloc class by its
+						thread, up to 255 (owner only; from 0
+						when a thread takes the heap): cpu.c,
+						"Shared refills" */
 	struct mailbox k_inbox[STATIC_IDS] __attribute__((aligned(CACHE_LINE)));
 	long k_stat[STATIC_IDS][NR_CACHE_STATS] __attribute__((aligned(CACHE_LINE)));
 	struct remote_msg *outbox[MAX_CACHES - STATIC_IDS];
@@ -284,6 +288,9 @@ static inline bool outbox_add(struct thread_heap *h, const struct uslab_cache *s
 /* ---- what the layers above use ------------------------------------------------- */
 
 struct cpu_slab *cpu_slab_get(struct uslab_cache *s);  /* makes a real heap/chunk */
+/* running threads above which malloc's refills share slabs (cpu.c, "Shared
+ * refills"); -1, the default: 2 x the CPUs. Tests set it. */
+extern int shared_threads_over;
 struct run_cache *heap_runs(void);                     /* NULL: the thread has no heap */
 void cache_drain_cpu_partial(struct uslab_cache *s);   /* tests: caller's cpu partial */
 /*

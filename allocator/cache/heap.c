@@ -14,6 +14,7 @@
 #include "local.h"
 
 #include <pthread.h>
+#include <string.h>
 
 mutex_t heaps_lock = MUTEX_INIT;
 struct thread_heap *heaps;   /* local.h: pushed under heaps_lock, read also without */
@@ -29,6 +30,8 @@ static void heap_key_create(void)
 {
 	pthread_key_create(&heap_key, heap_thread_exit);
 }
+
+unsigned live_heaps;
 
 /* The calling thread's real heap, made (or recycled) on first need. */
 static struct thread_heap *heap_get(void)
@@ -54,12 +57,18 @@ static struct thread_heap *heap_get(void)
 		 * pairs with the acquire of heaps_for_each_lockless (walk.c) */
 		smp_store_release(&heaps, h);
 	}
-	if (h->exited)   /* a recycled heap: messages may come again */
+	if (h->exited) {   /* a recycled heap: messages may come again */
 		heap_inboxes_open(h);
+		/* a foreign budget is its thread's (cpu.c, foreign_budget) */
+		for_each_heap_id(h, id)
+			h->cpu[id].foreign_left = 0;
+	}
 	h->live = 1;
+	WRITE_ONCE(live_heaps, live_heaps + 1);
 	/* its last thread's runs went back at its exit; its credit goes too,
 	 * or a thread that only frees large blocks would keep them */
 	h->runs.credit = 0;
+	memset(h->k_refills, 0, sizeof(h->k_refills));
 	h->refills = 0;
 	h->fresh_units = 0;
 	h->exited = 0;
@@ -146,6 +155,7 @@ static void heap_thread_exit(void *arg)
 	unlock_ranked(&h->lock, RANK_HEAP);
 	lock_ranked(&heaps_lock, RANK_HEAPS);
 	h->live = 0;
+	WRITE_ONCE(live_heaps, live_heaps - 1);
 	h->exited = 1;
 	unlock_ranked(&heaps_lock, RANK_HEAPS);
 	tls_heap = &empty_heap;
@@ -202,10 +212,12 @@ void caches_unlock_all(bool child)
 		unlock_ranked_fork(&s->list_lock, RANK_LIST, child);
 	/* the threads that did not survive: what was sent to them stays lost
 	 * with the rest of what they cached */
-	if (child)
+	if (child) {
 		for (struct thread_heap *h = heaps; h; h = h->next)
 			if (h->live && h != tls_heap)
 				heap_inboxes_close(h);
+		live_heaps = tls_heap != &empty_heap;   /* the one thread left */
+	}
 	heaps_unlock_each(child);
 	unlock_ranked_fork(&heaps_lock, RANK_HEAPS, child);
 	if (child)

@@ -26,6 +26,8 @@
 extern mutex_t heaps_lock;
 extern struct thread_heap *heaps;
 void heaps_lock_each(void);                  /* heaps_lock held: every heap's lock */
+extern unsigned live_heaps;                  /* heaps of running threads (heaps_lock;
+						read without it) */
 void heaps_unlock_each(bool child);
 
 /* api.c: the registry. Readers walk it for statistics, writers add and
@@ -36,6 +38,7 @@ void cache_release(struct kref *ref);
 
 /* cpu.c */
 void cpu_slab_flush(struct uslab_cache *s, struct cpu_slab *c);
+bool cpu_shares(const struct uslab_cache *s);   /* "Shared refills" */
 void cpu_partial_put(struct uslab_cache *s, struct cpu_slab *c, struct slab *slab);
 /* the owner's objects onto a slab it holds (cpu.c, "The cpu-partial list") */
 void cpu_local_push(struct uslab_cache *s, struct cpu_slab *c, struct slab *slab, void *head,
@@ -50,14 +53,15 @@ struct slab *object_slab(struct uslab_cache *s, void *obj, const char *call);
  * The one way a chain head..tail of cnt objects goes back to its slab when
  * the caller does not own it: one dwcas (slab_free_quick, else
  * __slab_free); a FULL slab it thereby freezes for the caller joins c's
- * cpu-partial list (c NULL: the caller has no heap and cannot own slabs).
+ * cpu-partial list (c NULL: the caller has no heap and cannot own slabs;
+ * nor does a thread that refills s from shared slabs: cpu_shares).
  */
 static inline void slab_free_chain(struct uslab_cache *s, struct cpu_slab *c, struct slab *slab,
 				   void *head, void *tail, unsigned cnt)
 {
 	if (likely(slab_free_quick(s, slab, head, tail, cnt)))
 		return;
-	if (__slab_free(s, slab, head, tail, cnt, c != NULL))
+	if (__slab_free(s, slab, head, tail, cnt, c != NULL && !cpu_shares(s)))
 		cpu_partial_put(s, c, slab);
 }
 

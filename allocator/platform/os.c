@@ -7,6 +7,7 @@
 #include "platform.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/random.h>
@@ -24,6 +25,21 @@ size_t os_page_size(void)
 	if (!READ_ONCE(page))
 		WRITE_ONCE(page, (size_t)sysconf(_SC_PAGESIZE));
 	return READ_ONCE(page);
+}
+
+/* The CPUs this process may run on (its affinity mask, as the kernel has
+ * it at the first call); at least 1. */
+unsigned os_ncpus(void)
+{
+	static unsigned n;
+
+	if (!READ_ONCE(n)) {
+		cpu_set_t set;
+		int k = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
+
+		WRITE_ONCE(n, k > 0 ? (unsigned)k : 1);
+	}
+	return READ_ONCE(n);
 }
 
 /*

@@ -180,6 +180,7 @@ void os_unmap(void *p, size_t size);
 void os_decommit(void *p, size_t size);
 void os_populate(void *p, size_t size);   /* best effort: fault in at once */
 size_t os_page_size(void);
+unsigned os_ncpus(void);   /* CPUs the process may run on, at least 1 */
 uint64_t os_now_ms(void);
 uint64_t os_random64(void);   /* from the kernel (getrandom); never 0 */
 

@@ -240,12 +240,16 @@ static void *chain_cut_point(const struct uslab_cache *s, const struct slab *sla
  * most max of its objects from the front (the rest stay in the word, as
  * another thread's frees into a frozen slab do). The objects taken are
  * counted in use. freeze=true also freezes an unfrozen slab (the caller
- * holds list_lock and has just taken it off the partial list). The walk to
- * the max-th object reads links only the word's takers change - the owner,
- * or the holder of list_lock - and frees push in front of it, so a dwcas
- * that finds the word unchanged finds that chain under it. Returns the
- * chain taken (NULL if there was none and freeze was false) and its length
- * in *count.
+ * holds list_lock and has just taken it off the partial list). Without
+ * freeze, an unfrozen slab stays unfrozen (the caller holds list_lock: a
+ * shared refill, partial_take_shared): max of its objects when it has more
+ * (it stays PARTIAL, on the list), else none and NULL unless max is
+ * UINT_MAX (all of them, off the list: FULL). The walk to the max-th
+ * object reads links only the word's takers change - the owner, or the
+ * holder of list_lock - and frees push in front of it, so a dwcas that
+ * finds the word unchanged finds that chain under it. Returns the chain
+ * taken (NULL if there was none and freeze was false) and its length in
+ * *count.
  */
 void *slab_take_freelist(struct uslab_cache *s, struct slab *slab, bool freeze, unsigned max,
 			 unsigned *count)
@@ -253,8 +257,9 @@ void *slab_take_freelist(struct uslab_cache *s, struct slab *slab, bool freeze, 
 	dword_t old = dwcas_read(&slab->xword), nw;
 	void *last, *rest;
 
-	/* the owner's take of its frozen slab, or a freeze under list_lock */
-	ASSERT(freeze ? mutex_is_locked(&s->list_lock) : ctr_frozen(old.hi));
+	/* the owner's take of its frozen slab, or, under list_lock, a freeze
+	 * or a shared take */
+	ASSERT((ctr_frozen(old.hi) && !freeze) || mutex_is_locked(&s->list_lock));
 	/* acquire: the walk to the cut reads the links the pushers wrote before
 	 * their releasing dwcas (a failed dwcas below reloads with acquire) */
 	if (max != UINT_MAX)
@@ -264,16 +269,22 @@ void *slab_take_freelist(struct uslab_cache *s, struct slab *slab, bool freeze, 
 			*count = 0;
 			return NULL;
 		}
+		bool frozen = freeze || ctr_frozen(old.hi);
+
 		last = max < ctr_objects(old.hi) ?
 			       chain_cut_point(s, slab, (void *)old.lo, max, &rest) : NULL;
+		if (!last && !frozen && max != UINT_MAX) {
+			*count = 0;   /* a listed slab keeps a free object */
+			return NULL;
+		}
 		if (last) {   /* max of them; the rest stay in the word */
 			*count = max;
 			nw.lo = (uintptr_t)rest;
-			nw.hi = ctr_make(ctr_inuse(old.hi) + max, ctr_objects(old.hi), true);
+			nw.hi = ctr_make(ctr_inuse(old.hi) + max, ctr_objects(old.hi), frozen);
 		} else {
 			*count = ctr_objects(old.hi) - ctr_inuse(old.hi);
 			nw.lo = 0;
-			nw.hi = ctr_make(ctr_objects(old.hi), ctr_objects(old.hi), true);
+			nw.hi = ctr_make(ctr_objects(old.hi), ctr_objects(old.hi), frozen);
 		}
 		if (dwcas_try_cmpxchg(&slab->xword, &old, nw))
 			break;
@@ -284,22 +295,78 @@ void *slab_take_freelist(struct uslab_cache *s, struct slab *slab, bool freeze, 
 	return (void *)old.lo;
 }
 
-/* Under list_lock: take the first partial slab off the list and freeze it,
- * with at most max of its free objects (slab_take_freelist). */
-struct slab *partial_take(struct uslab_cache *s, void **freelist, unsigned max, unsigned *count)
+/*
+ * Under list_lock, from the first partial slab: at most max of its free
+ * objects in *freelist, the slab taken off the list and frozen for the
+ * caller (partial_take, which returns it), or, shared, left unfrozen and
+ * owned by nobody (partial_take_shared: a thread that allocates the class
+ * too rarely to own a slab of it, cache/cpu.c "Shared refills"). A shared
+ * take leaves the slab listed while it has more than max; with max or
+ * fewer it takes it off the list first and then all it has (FULL): no
+ * other thread's free may find a listed slab with no free object, which a
+ * free that freezes a FULL slab for itself, without the lock, would take
+ * for FULL. NULL (*freelist NULL, *count 0) when the list is empty.
+ */
+static struct slab *partial_take_from(struct uslab_cache *s, void **freelist, unsigned max,
+				      unsigned *count, bool shared)
 {
 	struct slab *slab;
 
+	*freelist = NULL;
+	*count = 0;
 	if (!READ_ONCE(s->partial))   /* racy peek; the lock decides */
 		return NULL;
 	lock_ranked(&s->list_lock, RANK_LIST);
 	slab = s->partial;
-	if (slab) {
+	if (slab && shared)
+		*freelist = slab_take_freelist(s, slab, false, max, count);
+	if (slab && !*freelist) {
 		remove_partial(s, slab);
-		*freelist = slab_take_freelist(s, slab, true, max, count);
+		*freelist = slab_take_freelist(s, slab, !shared, shared ? UINT_MAX : max, count);
 	}
 	unlock_ranked(&s->list_lock, RANK_LIST);
 	return slab;
+}
+
+struct slab *partial_take(struct uslab_cache *s, void **freelist, unsigned max, unsigned *count)
+{
+	return partial_take_from(s, freelist, max, count, false);
+}
+
+void *partial_take_shared(struct uslab_cache *s, unsigned max, unsigned *count)
+{
+	void *chain;
+
+	partial_take_from(s, &chain, max, count, true);
+	return chain;
+}
+
+/*
+ * A shared refill with no partial slab: a new slab, built whole (an
+ * unfrozen slab is), its first max objects the caller's and the rest
+ * given to the partial list (slab_unfreeze: PARTIAL; FULL if it has no
+ * more than max). NULL when there is no memory for a slab.
+ */
+void *slab_new_shared(struct uslab_cache *s, unsigned max, unsigned *count)
+{
+	struct slab *slab = slab_new(s);
+	unsigned n;
+
+	if (!slab)
+		return NULL;
+	char *head = slab_build(s, slab, NULL, BUILD_REST, &n);
+
+	if (n <= max) {
+		*count = n;
+		slab_unfreeze(s, slab, NULL, NULL, 0);
+		return head;
+	}
+	char *last = head + (size_t)(max - 1) * s->stride;
+
+	fp_set(s, last, NULL);
+	slab_unfreeze(s, slab, last + s->stride, head + (size_t)(n - 1) * s->stride, n - max);
+	*count = max;
+	return head;
 }
 
 /*

@@ -7,7 +7,10 @@
  *
  *   FROZEN   frozen=1. Owned by one thread: its active slab, or on its
  *            cpu-partial list. Only the owner takes the shared freelist.
- *   PARTIAL  frozen=0, 0 < free objects, on cache->partial.
+ *   PARTIAL  frozen=0, 0 < free objects, on cache->partial. A holder of
+ *            list_lock may take some of them and leave it PARTIAL (a
+ *            shared refill: partial_take_shared), or all of them once it
+ *            has taken it off the list (FULL).
  *   FULL     frozen=0, no free object, on no list.
  *   EMPTY    frozen=0, inuse=0: kept on cache->partial (up to min_partial)
  *            or discarded back to its segment.
@@ -330,6 +333,8 @@ void slab_unfreeze(struct uslab_cache *s, struct slab *slab, void *head, void *t
 void *slab_take_freelist(struct uslab_cache *s, struct slab *slab, bool freeze, unsigned max,
 			 unsigned *count);
 struct slab *partial_take(struct uslab_cache *s, void **freelist, unsigned max, unsigned *count);
+void *partial_take_shared(struct uslab_cache *s, unsigned max, unsigned *count);
+void *slab_new_shared(struct uslab_cache *s, unsigned max, unsigned *count);
 bool __slab_free(struct uslab_cache *s, struct slab *slab, void *head, void *tail,
 		 unsigned cnt, bool can_freeze);
 void cache_shrink_partial(struct uslab_cache *s);

@@ -18,8 +18,9 @@
  * slab word; a discard checks that nobody else is.
  *
  * Configure with -D: NTHR (2 or 3), NOBJ (2 or 3), OPS and OPS0 (calls per
- * thread), RESTART (heaps that may serve a second thread), PROBES
- * (reachability probes), and at most one M_* mutant. tests/model/check runs
+ * thread), RESTART (heaps that may serve a second thread), SHARED (thread
+ * 0's refills are shared ones), PROBES (reachability probes), and at most
+ * one M_* mutant. tests/model/check runs
  * the configurations, the probes and the mutants.
  */
 
@@ -465,6 +466,90 @@ inline partial_take()
 	fi
 }
 
+/* partial_take_shared(max 1), the shared refill of a thread that holds no
+ * slab (cpu_shares): under list_lock, one free object of the listed slab,
+ * which stays unfrozen and listed - the first of a freelist of two or more,
+ * the take's walk reading links only the lock's holder changes; with one
+ * left, the slab off the list first, then all of it (FULL). got = 1 with
+ * the chain in my hands, as foreign objects. */
+inline take_shared()
+{
+	dw_read();
+	do
+	:: d_step {
+		if
+		:: CAS_MATCH && wfl != 0 && fp[wfl] != 0 ->
+			assert(!wfrozen);
+			chain = wfl; loc[chain] = L_HAND(me);
+			wfl = fp[chain]; fp[chain] = 0;
+			winuse = o_in + 1;
+			check_W();
+			ok = 1; busy[who] = 0; REACH(32)
+		:: CAS_MATCH -> few = 1; ok = 1   /* one left: NULL, and all of it below */
+		:: else -> CAS_FAIL
+		fi
+	   };
+	   if :: ok -> break :: else -> skip fi
+	od;
+	if
+	:: few ->
+#ifndef M_SHARED_ALL_LISTED
+		d_step { remove_partial() };
+#endif
+		dw_read();
+		do
+		:: d_step {
+			if
+			:: CAS_MATCH ->
+				assert(!wfrozen);
+				move_list(wfl, L_SHARED, L_HAND(me), lst, k);
+				chain = wfl;
+				wfl = 0; winuse = NOBJ;
+				check_W();
+				ok = 1; busy[who] = 0; REACH(33)
+			:: else -> CAS_FAIL
+			fi
+		   };
+		   if :: ok -> break :: else -> skip fi
+		od;
+		skip;
+#ifdef M_SHARED_ALL_LISTED
+		d_step { remove_partial() };
+#endif
+		skip
+	:: else -> skip
+	fi
+}
+
+inline partial_take_shared()
+{
+	got = 0;
+	if
+	:: s_partial ->                                 /* racy peek */
+		atomic { list_lock == 0 -> list_lock = 1; got = s_partial };
+		if :: got -> take_shared() :: else -> skip fi;
+		unlock()
+	:: else -> skip
+	fi
+}
+
+/* slab_new_shared(max 1): a new slab built whole, its first object mine,
+ * the rest given to the list (slab_unfreeze: PARTIAL). */
+inline slab_new_shared()
+{
+	slab_new();
+	if
+	:: got ->
+		slab_build(REST, 0);
+		d_step {
+			chain = bchain; head = fp[chain]; fp[chain] = 0;
+			tail = NOBJ; n = NOBJ - 1; REACH(34)
+		};
+		slab_unfreeze()
+	:: else -> skip
+	fi
+}
+
 /* cache_shrink_partial */
 inline shrink_partial()
 {
@@ -602,7 +687,8 @@ inline flush_foreign()
 inline deactivate()
 {
 #ifndef M_NO_FOREIGN_FLUSH
-	if :: fleft != FMAX -> flush_foreign() :: else -> skip fi;
+	/* foreign objects: frees cached (the budget used) or a shared refill's */
+	if :: fleft != FMAX || (cfl != 0 && !cslab) -> flush_foreign() :: else -> skip fi;
 #endif
 	d_step { chain = cfl; cfl = 0; got = cslab; cslab = 0 };
 	if
@@ -905,7 +991,14 @@ inline alloc_slow()
 	:: else -> skip
 	fi;
 	if
-	:: !got ->
+	:: !got && shares && !cslab && !cpart ->               /* cpu_shares */
+		partial_take_shared();
+		if :: !got -> slab_new_shared() :: else -> skip fi;
+		if
+		:: got -> to_cpu()
+		:: else -> skip                                    /* ENOMEM */
+		fi
+	:: !got && !(shares && !cslab && !cpart) ->
 		partial_take();
 		if
 		:: !got ->
@@ -992,10 +1085,17 @@ inline pick()
 proctype thread(byte id)
 {
 	LOCALS;
-	bit restarted;
+	bit restarted, shares;
 	byte ops = OPS;
 	me = id; who = id;
 	if :: me == 0 -> ops = OPS0 :: else -> skip fi;
+	/* cpu_shares: with -DSHARED, thread 0's refills without a slab are
+	 * shared ones (the code's policy: many threads, few refills yet). Two
+	 * sharing threads take under list_lock, one after the other: one is
+	 * enough to race the others' frees, freezes and takes. */
+#ifdef SHARED
+	shares = (me == 0);
+#endif
 loop:
 	do
 	:: /* cache_alloc_fast: pop the cpu freelist */

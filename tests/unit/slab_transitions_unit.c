@@ -1857,6 +1857,99 @@ static void test_foreign_budget_after_id_reuse(void)
 	CHECK_EQ(uslab_cache_destroy(b), 0);
 }
 
+/* ---- shared refills: PARTIAL stays PARTIAL; PARTIAL -> FULL off the list; new -> PARTIAL --- */
+
+/* The objects of chain p, into out[] from *n on (a chain's links are
+ * written over once its objects are freed). */
+static void collect(const struct uslab_cache *c, void *p, void **out, size_t *n)
+{
+	for (; p; p = fp_get(c, p))
+		out[(*n)++] = p;
+}
+
+/* A shared refill takes a few objects of a partial slab, which stays
+ * unfrozen on the list; one that would take its last free object takes
+ * it off the list first and every free object with it (FULL); a free into
+ * that FULL slab by a thread that may not freeze it lists it again. */
+static void test_shared_take(void)
+{
+	struct uslab_cache *c = new_cache("t-shared-take");
+	void *objs[PER], *taken[PER];
+	size_t nt = 0;
+	unsigned n;
+
+	other_make_partial(c, objs, 1, 10);
+	struct word w = word_of(objs[0]);
+	REQUIRE(!w.frozen && w.on_partial && w.inuse == 10);
+	void *chain = partial_take_shared(c, 16, &n);
+
+	CHECK_EQ(n, 16);
+	CHECK_EQ(chain_len(c, chain), 16);
+	w = word_of(objs[0]);
+	CHECK(!w.frozen && w.on_partial);
+	CHECK_EQ(w.inuse, 26);
+	CHECK_EQ(chain_len(c, w.freelist), PER - 26);
+	CHECK_EQ(nr_partial(c), 1);
+	CHECK(w.slab->owner == NULL && w.slab->owner_tp == 0);
+	collect(c, chain, taken, &nt);
+	/* more asked than it has: all of it, off the list */
+	chain = partial_take_shared(c, PER, &n);
+	CHECK_EQ(n, PER - 26);
+	w = word_of(objs[0]);
+	CHECK(!w.frozen && !w.on_partial && w.freelist == NULL);
+	CHECK_EQ(w.inuse, PER);
+	CHECK_EQ(nr_partial(c), 0);
+	collect(c, chain, taken, &nt);
+	CHECK_EQ(nt, PER - 10);
+	/* nothing listed: no take */
+	CHECK(partial_take_shared(c, 16, &n) == NULL && n == 0);
+	/* FULL -> PARTIAL, listed, by a free that may not freeze */
+	void *o = taken[--nt];
+
+	CHECK(!__slab_free(c, w.slab, o, o, 1, false));
+	w = word_of(objs[0]);
+	CHECK(!w.frozen && w.on_partial && w.freelist == o);
+	CHECK_EQ(w.inuse, PER - 1);
+	CHECK_EQ(uslab_cache_validate(c), 0);
+	for (size_t i = 0; i < nt; i++)
+		uslab_cache_free(c, taken[i]);
+	finish(c, objs, 10);
+}
+
+/* A shared refill with no partial slab: a new slab, built whole, its first
+ * objects the caller's and the rest on the list, unfrozen. */
+static void test_shared_new_slab(void)
+{
+	struct uslab_cache *c = new_cache("t-shared-new");
+	void *taken[PER];
+	size_t nt = 0;
+	unsigned n;
+	void *chain = slab_new_shared(c, 16, &n);
+
+	REQUIRE(chain != NULL);
+	CHECK_EQ(n, 16);
+	CHECK_EQ(chain_len(c, chain), 16);
+	struct word w = word_of(chain);
+
+	CHECK((uintptr_t)chain == w.slab->base);
+	CHECK(!w.frozen && w.on_partial);
+	CHECK_EQ(w.inuse, 16);
+	CHECK_EQ(w.slab->built, PER);
+	CHECK_EQ(chain_len(c, w.freelist), PER - 16);
+	CHECK(w.freelist == (char *)chain + 16 * c->stride);
+	CHECK(w.slab->owner == NULL && w.slab->owner_tp == 0);
+	CHECK_EQ(nr_partial(c), 1);
+	collect(c, chain, taken, &nt);
+	/* a slab no bigger than the request: all of it, FULL */
+	chain = partial_take_shared(c, PER, &n);
+	CHECK_EQ(n, PER - 16);
+	collect(c, chain, taken, &nt);
+	w = word_of(taken[0]);
+	CHECK(!w.frozen && !w.on_partial && w.inuse == PER);
+	CHECK_EQ(uslab_cache_validate(c), 0);
+	finish(c, taken, nt);
+}
+
 int main(void)
 {
 	printf("dwcas path: %s\n", uslab_dwcas_path());
@@ -1893,6 +1986,8 @@ int main(void)
 	test_message_to_exited_thread();
 	test_message_to_recycled_heap();
 	test_foreign_budget_after_id_reuse();
+	test_shared_take();
+	test_shared_new_slab();
 	test_validate_sees_damage();
 	puppet_stop(&other);
 	return test_done("slab_transitions_unit");

@@ -5,7 +5,11 @@
  * The locked path hashes the pair's address onto DWCAS_STRIPES ticket locks,
  * each on its own cache line. A writer holds the stripe while it compares and
  * stores both words; lockless readers (dwcas_read) see each word change
- * atomically (relaxed stores) and rely on the next CAS to validate the pair.
+ * atomically and rely on the next CAS to validate the pair. The low word is
+ * stored with release, as the native CAS would: a reader that loads it with
+ * acquire outside the stripe (slab_take_freelist, before it walks the free
+ * pointers of a chain it is about to take) sees what the writer wrote before
+ * its CAS (the chain's links).
  */
 #define _GNU_SOURCE
 #include "dwcas.h"
@@ -137,7 +141,7 @@ static bool dwcas_locked(dword_t *p, dword_t *old, dword_t nw)
 	cur.hi = READ_ONCE(p->hi);
 	ok = cur.lo == old->lo && cur.hi == old->hi;
 	if (ok) {
-		WRITE_ONCE(p->lo, nw.lo);
+		smp_store_release(&p->lo, nw.lo);
 		WRITE_ONCE(p->hi, nw.hi);
 	} else {
 		*old = cur;

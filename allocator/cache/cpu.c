@@ -41,16 +41,26 @@ void cache_owner_frees_aside(bool on)
 /* local.h: thread_heap.k_aside's entry for c, the cpu slab of cache id,
  * while malloc's free puts a thread's frees of its own slabs' objects aside;
  * otherwise they go on c's freelist (and the cache API's never come this
- * way). The list is empty while c holds no slab, active or cpu-partial:
- * giving the active one up (cpu_slab_deactivate) takes the list, and a
- * cpu-partial list drained without an active slab is one a flush empties
- * after it - or the tests' (cache_drain_cpu_partial), which takes it first. */
+ * way). Giving the active slab up (cpu_slab_deactivate) takes the list,
+ * and a cpu-partial list drained without an active slab is one a flush
+ * empties after it - or the tests' (cache_drain_cpu_partial), which takes
+ * it first. While c holds no slab, the list holds at most the rest of a
+ * shared refill that a sample point cut (cpu_freelist_cut), by which a
+ * flush knows the cache (cpu_flush_slab). */
 struct cpu_slab *cpu_aside(unsigned id, struct cpu_slab *c)
 {
 	if (likely(!READ_ONCE(owner_frees_aside)) || id >= STATIC_IDS)
 		return NULL;
 	return (struct cpu_slab *)(void *)((char *)c + offsetof(struct thread_heap, k_aside) -
 					   offsetof(struct thread_heap, cpu));
+}
+
+struct slab *cpu_flush_slab(unsigned id, struct cpu_slab *c)
+{
+	struct slab *any = cpu_any_slab(c);
+	struct cpu_slab *aside = any ? NULL : cpu_aside(id, c);
+
+	return any ? any : aside && aside->freelist ? ptr_to_slab(aside->freelist) : NULL;
 }
 
 /* What c's slabs name as the place for the owner's frees (slab->owner_cpu). */
@@ -620,9 +630,6 @@ static void *chain_in_order(struct uslab_cache *s, struct slab *slab, void *chai
  * them take its foreign budget, onto its freelist, and go back by dwcas),
  * and a FULL slab it frees into is not frozen for it: it goes back on the
  * list. A thread that keeps allocating the class owns slabs as before.
- * Not while the heap profiler puts the owner's frees aside (cpu_aside): its
- * sample points cut a refilled list, and the cut objects would wait beside
- * a cpu slab that holds no slab, where a flush does not look.
  * shared_threads_over: the running threads above which refills share;
  * -1 (default): SHARED_THREADS_PER_CPU x the CPUs (tests set it).
  */
@@ -635,7 +642,7 @@ bool cpu_shares(const struct uslab_cache *s)
 	int over = READ_ONCE(shared_threads_over);
 
 	if (!(s->flags & CACHE_MALLOC) || s->id >= STATIC_IDS ||
-	    tls_heap->k_refills[s->id] > SHARED_REFILLS || READ_ONCE(owner_frees_aside))
+	    tls_heap->k_refills[s->id] > SHARED_REFILLS)
 		return false;
 	if (over < 0)
 		over = (int)(SHARED_THREADS_PER_CPU * os_ncpus());

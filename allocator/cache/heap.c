@@ -132,11 +132,9 @@ static void heap_flush_all(struct thread_heap *h, bool exiting)
 	for_each_heap_id(h, id) {
 		struct cpu_slab *c = &h->cpu[id];
 		/* a thread that only frees may hold cached objects and no
-		 * slab; its frees put aside wait only beside a slab it
-		 * holds (cpu_aside), so their list is not read here */
-		struct slab *any = cpu_any_slab(c);
+		 * slab, one that shares refills objects set aside */
+		struct slab *any = cpu_flush_slab(id, c);
 
-		ASSERT(any || !cpu_aside(id, c) || !cpu_aside(id, c)->freelist);
 		if (any)
 			cpu_slab_flush(any->cache, c);
 	}

@@ -180,7 +180,7 @@ static void test_few_threads(void)
 
 static void *cut_taken[2];
 
-/* A shared refill of the class of arg's blocks, cut after 2 objects more
+/* A shared refill of cache arg (a malloc class), cut after 2 objects more
  * (as at a sample point, cache_alloc_limited): the rest waits aside, and
  * this thread's flush gives it back to its slab. */
 static void *alloc_cut(void *arg)

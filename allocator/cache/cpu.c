@@ -58,9 +58,12 @@ struct cpu_slab *cpu_aside(unsigned id, struct cpu_slab *c)
 struct slab *cpu_flush_slab(unsigned id, struct cpu_slab *c)
 {
 	struct slab *any = cpu_any_slab(c);
-	struct cpu_slab *aside = any ? NULL : cpu_aside(id, c);
 
-	return any ? any : aside && aside->freelist ? ptr_to_slab(aside->freelist) : NULL;
+	if (any)
+		return any;
+	struct cpu_slab *aside = cpu_aside(id, c);
+
+	return aside && aside->freelist ? ptr_to_slab(aside->freelist) : NULL;
 }
 
 /* What c's slabs name as the place for the owner's frees (slab->owner_cpu). */

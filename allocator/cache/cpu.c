@@ -175,8 +175,9 @@ static void cpu_cached_publish(const struct uslab_cache *s, struct cpu_slab *c,
 
 /*
  * The cpu-partial list: the slabs a thread holds frozen besides its active
- * one, at most s->cpu_partial of them - slabs a free froze for it (their
- * words hold objects) and its own active slabs that ran dry. Owner only.
+ * one, at most cpu_partial_bound of them (local.h) - slabs a free froze for
+ * it (their words hold objects) and its own active slabs that ran dry.
+ * Owner only.
  * Linked through next (NULL-terminated) and prev (the head's prev is the
  * tail), so both ends are reached at once. Slabs with objects to give are
  * kept in front of dry ones: a slab a free froze joins at the head, a dry
@@ -434,12 +435,19 @@ void cache_drain_cpu_partial(struct uslab_cache *s)
 	cpu_partial_drain(s, c);
 }
 
-/* A slab a remote free has just frozen for us joins our cpu-partial list. */
+/* A slab a free of ours has just frozen for us joins our cpu-partial list. */
 void cpu_partial_put(struct uslab_cache *s, struct cpu_slab *c, struct slab *slab)
 {
 	ASSERT(ctr_frozen(dwcas_read(&slab->xword).hi) && !slab->on_partial);
-	if (c->nr_partial >= s->cpu_partial)
-		cpu_partial_drain(s, c);
+	if (c->nr_partial >= cpu_partial_bound(s, tls_heap)) {
+		/* we allocate the class, and our frees land in more slabs
+		 * than the list holds: a malloc class keeps twice as many from
+		 * now on (local.h). A thread that only frees it does not. */
+		if (s->id < STATIC_IDS && c->slab && !tls_heap->k_partial_doubled[s->id])
+			tls_heap->k_partial_doubled[s->id] = 1;
+		else
+			cpu_partial_drain(s, c);
+	}
 	slab_set_owner(s, slab, c);
 	partial_link(c, slab, true);
 	stat_add(s, STAT_CPU_PARTIAL_PUT, 1);
@@ -453,7 +461,7 @@ void cpu_partial_put(struct uslab_cache *s, struct cpu_slab *c, struct slab *sla
  */
 static void cpu_partial_put_tail(struct uslab_cache *s, struct cpu_slab *c, struct slab *slab)
 {
-	if (c->nr_partial >= s->cpu_partial)
+	if (c->nr_partial >= cpu_partial_bound(s, tls_heap))
 		cpu_partial_drain(s, c);
 	partial_link(c, slab, false);
 }

@@ -69,6 +69,7 @@ static struct thread_heap *heap_get(void)
 	 * or a thread that only frees large blocks would keep them */
 	h->runs.credit = 0;
 	memset(h->k_refills, 0, sizeof(h->k_refills));
+	memset(h->k_partial_doubled, 0, sizeof(h->k_partial_doubled));
 	h->refills = 0;
 	h->fresh_units = 0;
 	h->exited = 0;

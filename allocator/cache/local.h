@@ -36,6 +36,25 @@ extern qrwlock_t cache_registry;
 extern struct uslab_cache *caches;
 void cache_release(struct kref *ref);
 
+/*
+ * The most slabs h's thread keeps on its cpu-partial list of s (cpu.c, "The
+ * cpu-partial list"): the cache's cpu_partial, or twice that for a malloc
+ * class the thread allocates (it has an active slab of it) whose list was
+ * full when a free of the thread froze one more slab for it
+ * (cpu_partial_put). Its frees then land in more slabs than the list holds
+ * - its live blocks of the class span them - and with the list drained at
+ * each overflow, the slabs it gave up would turn its frees into them
+ * foreign (a dwcas each) and be frozen again one by one (docs/ownership.md,
+ * "How many slabs a thread keeps"). A thread that only allocates the class
+ * fills the list with its dry slabs, and one that only frees it (a
+ * consumer) with slabs of blocks others allocated: both keep the cache's
+ * bound.
+ */
+static inline unsigned cpu_partial_bound(const struct uslab_cache *s, const struct thread_heap *h)
+{
+	return s->cpu_partial << (s->id < STATIC_IDS ? h->k_partial_doubled[s->id] : 0);
+}
+
 /* cpu.c */
 void cpu_slab_flush(struct uslab_cache *s, struct cpu_slab *c);
 bool cpu_shares(const struct uslab_cache *s);   /* "Shared refills" */

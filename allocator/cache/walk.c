@@ -232,8 +232,10 @@ static void validate_slab(struct slab *slab, void *arg)
 	validate_lists(v, slab, inuse, objects, frozen);
 }
 
-/* A cpu-partial list's links and counts (cpu.c, "The cpu-partial list"). */
-static void validate_cpu_partial(struct validate *v, const struct cpu_slab *c)
+/* A cpu-partial list's links, counts and length (cpu.c, "The cpu-partial
+ * list"), c being h's. */
+static void validate_cpu_partial(struct validate *v, const struct thread_heap *h,
+				 const struct cpu_slab *c)
 {
 	const struct slab *p = c->partial, *last = NULL;
 	unsigned n = 0;
@@ -249,6 +251,11 @@ static void validate_cpu_partial(struct validate *v, const struct cpu_slab *c)
 			"%lu objects on their local lists (parked %u), head's prev %s its tail\n",
 			v->s->name, n, c->nr_partial, (unsigned long)parked, c->parked,
 			c->partial && c->partial->prev != last ? "is not" : "is");
+		v->problems++;
+	}
+	if (c->nr_partial > cpu_partial_bound(v->s, h)) {
+		fprintf(stderr, "uslab: validate %s: a cpu-partial list of %u slabs, over its "
+			"bound of %u\n", v->s->name, c->nr_partial, cpu_partial_bound(v->s, h));
 		v->problems++;
 	}
 }
@@ -284,7 +291,7 @@ USLAB_API long uslab_cache_validate(struct uslab_cache *s)
 	}
 	for (struct thread_heap *h = heaps; h; h = h->next)
 		if (heap_has_chunk(h, s))
-			validate_cpu_partial(&v, heap_cpu_slab(h, s));
+			validate_cpu_partial(&v, h, heap_cpu_slab(h, s));
 	segment_for_each_slab(validate_slab, &v);
 	if (v.on_list != listed) {
 		fprintf(stderr, "uslab: validate %s: %zu slabs marked on_partial, %zu listed\n",

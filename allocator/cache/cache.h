@@ -180,7 +180,7 @@ struct thread_heap {
 	uint8_t k_partial_doubled[STATIC_IDS]; /* 1: its thread keeps twice the
 						cpu-partial slabs of that malloc class
 						(owner only; 0 when a thread takes the
-						heap): cpu.c, partial_bound */
+						heap): local.h, cpu_partial_bound */
 	struct mailbox k_inbox[STATIC_IDS] __attribute__((aligned(CACHE_LINE)));
 	long k_stat[STATIC_IDS][NR_CACHE_STATS] __attribute__((aligned(CACHE_LINE)));
 	struct remote_msg *outbox[MAX_CACHES - STATIC_IDS];

@@ -491,12 +491,16 @@ USLAB_API int uslab_cache_destroy(struct uslab_cache *s)
 			break;
 		}
 	}
-	/* the next cache with this id starts its statistics from zero */
+	/* the next cache with this id starts its statistics from zero, and
+	 * each thread's cpu-partial bound from the cache's */
 	lock_ranked(&heaps_lock, RANK_HEAPS);
-	for (struct thread_heap *h = heaps; h; h = h->next)
+	for (struct thread_heap *h = heaps; h; h = h->next) {
 		for (int i = 0; i < NR_CACHE_STATS; i++)
 			if (READ_ONCE(heap_stat(h, s)[i]))   /* no write to rows never used */
 				WRITE_ONCE(heap_stat(h, s)[i], 0);
+		if (*heap_partial_doubled(h, s->id))
+			*heap_partial_doubled(h, s->id) = 0;
+	}
 	unlock_ranked(&heaps_lock, RANK_HEAPS);
 	cache_ids[s->id / 64] &= ~(1ull << (s->id % 64));
 	qrw_write_unlock(&cache_registry);

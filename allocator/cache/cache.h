@@ -178,14 +178,17 @@ struct thread_heap {
 						when a thread takes the heap): cpu.c,
 						"Shared refills" */
 	uint8_t k_partial_doubled[STATIC_IDS]; /* 1: its thread keeps twice the
-						cpu-partial slabs of that malloc class
+						cpu-partial slabs of that cache
 						(owner only; 0 when a thread takes the
-						heap): local.h, cpu_partial_bound */
+						heap or the cache is destroyed):
+						local.h, cpu_partial_bound */
 	struct mailbox k_inbox[STATIC_IDS] __attribute__((aligned(CACHE_LINE)));
 	long k_stat[STATIC_IDS][NR_CACHE_STATS] __attribute__((aligned(CACHE_LINE)));
 	struct remote_msg *outbox[MAX_CACHES - STATIC_IDS];
 	struct mailbox inbox[MAX_CACHES - STATIC_IDS] __attribute__((aligned(CACHE_LINE)));
 	long stat[MAX_CACHES - STATIC_IDS][NR_CACHE_STATS] __attribute__((aligned(CACHE_LINE)));
+	uint8_t partial_doubled[MAX_CACHES - STATIC_IDS];   /* the other caches':
+							       as k_partial_doubled */
 	/* malloc's classes, while the owner's frees are put aside
 	 * (cache_owner_frees_aside): the objects freed into this thread's slabs
 	 * since its cpu freelist of the class last ran dry. Shaped as a cpu slab
@@ -206,6 +209,11 @@ static inline struct remote_msg **heap_outbox(struct thread_heap *h, unsigned id
 static inline struct mailbox *heap_inbox(struct thread_heap *h, unsigned id)
 {
 	return id < STATIC_IDS ? &h->k_inbox[id] : &h->inbox[id - STATIC_IDS];
+}
+
+static inline uint8_t *heap_partial_doubled(struct thread_heap *h, unsigned id)
+{
+	return id < STATIC_IDS ? &h->k_partial_doubled[id] : &h->partial_doubled[id - STATIC_IDS];
 }
 
 /* Exported (as uslab_tls_heap_v4_) for the inline fast paths in uslab.h. */

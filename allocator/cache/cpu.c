@@ -440,11 +440,13 @@ void cpu_partial_put(struct uslab_cache *s, struct cpu_slab *c, struct slab *sla
 {
 	ASSERT(ctr_frozen(dwcas_read(&slab->xword).hi) && !slab->on_partial);
 	if (c->nr_partial >= cpu_partial_bound(s, tls_heap)) {
-		/* we allocate the class, and our frees land in more slabs
-		 * than the list holds: a malloc class keeps twice as many from
-		 * now on (local.h). A thread that only frees it does not. */
-		if (s->id < STATIC_IDS && c->slab && !tls_heap->k_partial_doubled[s->id])
-			tls_heap->k_partial_doubled[s->id] = 1;
+		/* we allocate from s, and our frees land in more slabs than
+		 * the list holds: keep twice as many from now on (local.h). A
+		 * thread that only frees s's objects does not. */
+		uint8_t *doubled = heap_partial_doubled(tls_heap, s->id);
+
+		if (c->slab && !*doubled)
+			*doubled = 1;
 		else
 			cpu_partial_drain(s, c);
 	}

@@ -69,7 +69,8 @@ static struct thread_heap *heap_get(void)
 	 * or a thread that only frees large blocks would keep them */
 	h->runs.credit = 0;
 	memset(h->k_refills, 0, sizeof(h->k_refills));
-	memset(h->k_partial_doubled, 0, sizeof(h->k_partial_doubled));
+	for_each_heap_id(h, id)
+		*heap_partial_doubled(h, id) = 0;
 	h->refills = 0;
 	h->fresh_units = 0;
 	h->exited = 0;

@@ -38,9 +38,9 @@ void cache_release(struct kref *ref);
 
 /*
  * The most slabs h's thread keeps on its cpu-partial list of s (cpu.c, "The
- * cpu-partial list"): the cache's cpu_partial, or twice that for a malloc
- * class the thread allocates (it has an active slab of it) whose list was
- * full when a free of the thread froze one more slab for it
+ * cpu-partial list"): the cache's cpu_partial, or twice that once the
+ * thread, which allocates from s (it has an active slab of it), had its
+ * list full when a free of its froze one more slab for it
  * (cpu_partial_put). Its frees then land in more slabs than the list holds
  * - its live blocks of the class span them - and with the list drained at
  * each overflow, the slabs it gave up would turn its frees into them
@@ -50,9 +50,9 @@ void cache_release(struct kref *ref);
  * consumer) with slabs of blocks others allocated: both keep the cache's
  * bound.
  */
-static inline unsigned cpu_partial_bound(const struct uslab_cache *s, const struct thread_heap *h)
+static inline unsigned cpu_partial_bound(const struct uslab_cache *s, struct thread_heap *h)
 {
-	return s->cpu_partial << (s->id < STATIC_IDS ? h->k_partial_doubled[s->id] : 0);
+	return s->cpu_partial << *heap_partial_doubled(h, s->id);
 }
 
 /* cpu.c */

@@ -234,7 +234,7 @@ static void validate_slab(struct slab *slab, void *arg)
 
 /* A cpu-partial list's links, counts and length (cpu.c, "The cpu-partial
  * list"), c being h's. */
-static void validate_cpu_partial(struct validate *v, const struct thread_heap *h,
+static void validate_cpu_partial(struct validate *v, struct thread_heap *h,
 				 const struct cpu_slab *c)
 {
 	const struct slab *p = c->partial, *last = NULL;

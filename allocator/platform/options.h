@@ -47,7 +47,7 @@
 	  "anywhere, every free of a small block by the slow path)")                         \
 	X(CPU_PARTIAL, "USLAB_CPU_PARTIAL", INT, 0,                                          \
 	  "frozen slabs a thread may hold per cache (0 = 512 KiB of them, 2 to 32; at "     \
-	  "most 4096), twice as many of a malloc class whose frees outrun them")            \
+	  "most 4096), twice as many of a cache whose frees by the thread outrun them")     \
 	X(HUGE_PAGES, "USLAB_HUGE_PAGES", BOOL, 1,                                           \
 	  "ask for transparent huge pages (madvise) inside huge blocks of 4 MiB and more, "  \
 	  "except calloc's, and under slabs of objects up to a page once 16 MiB of "          \

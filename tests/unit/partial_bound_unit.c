@@ -1,6 +1,7 @@
 /*
  * partial_bound_unit - how many slabs a thread keeps frozen on its
- * cpu-partial list of a malloc class (cache/local.h, cpu_partial_bound):
+ * cpu-partial list of a cache (cache/local.h, cpu_partial_bound), for a
+ * malloc class and for a uslab_cache_create cache alike:
  *
  *   allocates only  a thread that allocates blocks spanning three times its
  *                   list's slabs fills the list with its dry slabs and
@@ -8,13 +9,15 @@
  *   frees outrun    when it then frees them in random order, a free that
  *                   freezes one more slab while the list is full doubles
  *                   its bound, once: the list grows past the cache's bound
- *                   and never past twice it; the slabs validate after each
- *                   step; every block is checked before its free
+ *                   and never past twice it; the slabs validate as it
+ *                   goes; every block is checked before its free
  *   new thread      a heap that thread left starts at the cache's bound
  *                   again
  *   only frees      a thread that frees blocks of the class that another
  *                   thread allocated, and allocates none itself, keeps the
  *                   cache's bound however many slabs its frees freeze
+ *   destroyed       a cache made after one a thread had doubled, with its
+ *                   id, starts at its own bound in that thread
  *
  * Blocks of 896 bytes: 18 to a 16 KiB slab, 32 slabs to the cache's bound.
  */
@@ -29,23 +32,40 @@
 
 static void *blocks[4096];
 static unsigned nblocks;
-static struct uslab_cache *cls;
+static struct uslab_cache *cls;       /* the malloc class, or api's cache */
+static struct uslab_cache *api;       /* NULL: malloc */
 static struct thread_heap *first_heap;
+
+static void *take(void)
+{
+	void *p = api ? uslab_cache_alloc(api) : uslab_malloc(SIZE);
+
+	REQUIRE(p != NULL);
+	return p;
+}
+
+static void give(void *p)
+{
+	if (api)
+		uslab_cache_free(api, p);
+	else
+		uslab_free(p);
+}
 
 static bool doubled(void)
 {
-	return tls_heap->k_partial_doubled[cls->id] != 0;
+	return *heap_partial_doubled(tls_heap, cls->id) != 0;
 }
 
 static void *allocate_then_free(void *arg)
 {
 	(void)arg;
-	/* (a thread's first blocks may come from a start-up class of a
-	 * bigger size: malloc/classes.c) */
+	/* (a thread's first malloc blocks may come from a start-up class of
+	 * a bigger size: malloc/classes.c) */
 	for (unsigned i = 0; i < WARM; i++)
-		REQUIRE((blocks[i] = uslab_malloc(SIZE)) != NULL);
+		blocks[i] = take();
 	cls = ptr_to_slab(blocks[WARM - 1])->cache;
-	REQUIRE(cls->id < STATIC_IDS && cls->cpu_partial >= 2);
+	REQUIRE(cls->cpu_partial >= 2);
 	nblocks = 3 * (cls->cpu_partial + 1) * cls->objects;
 	REQUIRE(nblocks <= sizeof(blocks) / sizeof(blocks[0]));
 	first_heap = tls_heap;
@@ -56,7 +76,7 @@ static void *allocate_then_free(void *arg)
 
 	for (unsigned i = 0; i < nblocks; i++) {
 		if (i >= WARM)
-			REQUIRE((blocks[i] = uslab_malloc(SIZE)) != NULL);
+			blocks[i] = take();
 		memset(blocks[i], (int)(i & 0xff), SIZE);
 		most = c->nr_partial > most ? c->nr_partial : most;
 	}
@@ -80,16 +100,15 @@ static void *allocate_then_free(void *arg)
 	most = 0;
 	for (unsigned i = 0; i < nblocks; i++) {
 		unsigned char *b = blocks[i];
-		unsigned char want = b[0];
 
 		for (unsigned k = 1; k < SIZE; k++)
-			if (b[k] != want) {
+			if (b[k] != b[0]) {
 				fprintf(stderr, "block %p: byte %u is %u, not %u\n", (void *)b, k,
-					b[k], want);
+					b[k], b[0]);
 				test_failures++;
 				break;
 			}
-		uslab_free(b);
+		give(b);
 		if (doubled() && !at_doubling)
 			at_doubling = i + 1;
 		most = c->nr_partial > most ? c->nr_partial : most;
@@ -102,20 +121,19 @@ static void *allocate_then_free(void *arg)
 	CHECK(most <= 2 * cls->cpu_partial);
 	CHECK_EQ(problems, 0);
 	CHECK_EQ(uslab_cache_validate(cls), 0);
-	printf("partial_bound: %u blocks, bound %u slabs; doubled at free %u, list at most %u\n",
-	       nblocks, cls->cpu_partial, at_doubling, most);
+	printf("partial_bound: %s, %u blocks, bound %u slabs; doubled at free %u, list at most %u\n",
+	       cls->name, nblocks, cls->cpu_partial, at_doubling, most);
 	return NULL;
 }
 
 static void *new_thread(void *arg)
 {
 	(void)arg;
-	void *p = uslab_malloc(SIZE);
+	void *p = take();
 
-	REQUIRE(p != NULL);
 	CHECK(tls_heap == first_heap);   /* the heap the exited thread left */
 	CHECK(!doubled());
-	uslab_free(p);
+	give(p);
 	return NULL;
 }
 
@@ -123,18 +141,18 @@ static void *allocate(void *arg)
 {
 	(void)arg;
 	for (unsigned i = 0; i < nblocks; i++)
-		REQUIRE((blocks[i] = uslab_malloc(SIZE)) != NULL);
+		blocks[i] = take();
 	return NULL;
 }
 
-/* Frees what allocate made, in the order the shuffle above left. */
+/* Frees what allocate made. */
 static void *free_only(void *arg)
 {
 	unsigned most = 0;
 
 	(void)arg;
 	for (unsigned i = nblocks; i-- > 0;) {
-		uslab_free(blocks[i]);
+		give(blocks[i]);
 		/* (its heap is made by its first free) */
 		most = this_cpu_slab(cls)->nr_partial > most ? this_cpu_slab(cls)->nr_partial : most;
 	}
@@ -154,12 +172,45 @@ static void run(void *(*fn)(void *))
 	pthread_join(t, NULL);
 }
 
-int main(void)
+static void cases(void)
 {
 	run(allocate_then_free);
 	run(new_thread);
 	run(allocate);
 	run(free_only);
+}
+
+/* This thread doubles a cache's bound, destroys the cache, and makes
+ * another, which gets the same id. */
+static void destroyed(void)
+{
+	api = uslab_cache_create("t-partial-bound", SIZE, 0, 0, NULL);
+	REQUIRE(api != NULL);
+	allocate_then_free(NULL);
+	unsigned id = api->id;
+
+	REQUIRE(doubled());
+	REQUIRE(uslab_cache_destroy(api) == 0);
+	api = uslab_cache_create("t-partial-bound-2", SIZE, 0, 0, NULL);
+	REQUIRE(api != NULL);
+	if (api->id != id) {
+		printf("partial_bound: the new cache got id %u, not %u: not checked\n", api->id, id);
+	} else {
+		cls = api;
+		CHECK(!doubled());
+	}
+	REQUIRE(uslab_cache_destroy(api) == 0);
+	api = NULL;
+}
+
+int main(void)
+{
+	cases();                       /* malloc's 896-byte class */
 	CHECK_EQ(kmalloc_validate_all(), 0);
+	api = uslab_cache_create("t-partial-bound", SIZE, 0, 0, NULL);
+	REQUIRE(api != NULL);
+	cases();                       /* a cache of 896-byte objects */
+	REQUIRE(uslab_cache_destroy(api) == 0);
+	destroyed();
 	return test_done("partial_bound_unit");
 }

@@ -59,9 +59,12 @@ static struct thread_heap *heap_get(void)
 	}
 	if (h->exited) {   /* a recycled heap: messages may come again */
 		heap_inboxes_open(h);
-		/* a foreign budget is its thread's (cpu.c, foreign_budget) */
-		for_each_heap_id(h, id)
+		/* a foreign budget is its thread's (cpu.c, foreign_budget), and
+		 * so is a doubled cpu-partial bound (local.h) */
+		for_each_heap_id(h, id) {
 			h->cpu[id].foreign_left = 0;
+			*heap_partial_doubled(h, id) = 0;
+		}
 	}
 	h->live = 1;
 	WRITE_ONCE(live_heaps, live_heaps + 1);
@@ -69,8 +72,6 @@ static struct thread_heap *heap_get(void)
 	 * or a thread that only frees large blocks would keep them */
 	h->runs.credit = 0;
 	memset(h->k_refills, 0, sizeof(h->k_refills));
-	for_each_heap_id(h, id)
-		*heap_partial_doubled(h, id) = 0;
 	h->refills = 0;
 	h->fresh_units = 0;
 	h->exited = 0;

@@ -60,7 +60,6 @@ static inline bool prof_active(void)
 	return unlikely(prof_on);
 }
 bool prof_sample_due(size_t n);
-bool prof_aligned_due(size_t align, size_t n);
 void *prof_alloc(size_t n, size_t align, bool zero, const void *site);
 bool prof_owns(const void *p);
 void *prof_realloc(void *p, size_t n, const void *site);

@@ -38,7 +38,7 @@
 #include "api.h"
 
 struct kmalloc_divert kdiv = {
-	.small_lim = 0, .mid_lim = 0, .malloc = debug_malloc_call, .free = debug_free_call,
+	.small_lim = 0, .mid_lim = 0, .beyond = debug_malloc_call, .free = debug_free_call,
 };
 
 uint8_t seg_registry[REG_SEGMENTS];

@@ -122,7 +122,7 @@ static void *memalign_at(size_t align, size_t n, const char *call, const void *s
 		return debug_alloc(n, align, false, call, site);
 	if (align <= 16)   /* every class is a multiple of 16 */
 		return kmalloc(n);
-	if (prof_active() && prof_aligned_due(align, n))
+	if (prof_active() && prof_sample_due(n))
 		return prof_alloc(n, align, false, site);
 	return kmalloc_aligned(align, n);
 }

@@ -9,35 +9,22 @@
  * bytes is sampled with probability 1 - exp(-n / mean), whatever the sizes
  * around it, and a sampled block stands for 1 / that many blocks - the
  * "heap_v2" convention that google-pprof and jeprof undo when they read a
- * profile. The process is split into streams, each with its own countdown,
- * exponential with the same mean, from a per-thread generator: one per
- * small class (counting objects of the class, so n is the class's size)
- * and one for everything else (large and huge blocks, realloc's growth in
- * place, counting the bytes asked for). Split so, it is the same process:
- * the exponential distribution is memoryless, so whichever stream the
- * bytes go to, the chance of a sample in the next byte stays 1 / mean.
+ * profile. Each thread counts down the bytes to its next sample point
+ * (prof_due: one compare and one subtraction a block), the interval drawn
+ * afresh, exponential with the mean, from a per-thread generator after
+ * each sample.
  *
- * Reaching the allocations. malloc's inline path is not diverted. A small
- * class's countdown is kept by its slow path (ksampler, kmalloc.h:
- * prof_class_call), which counts the allocations the inline path made
- * since it last came there from the cache layer's statistics
- * (cache_thread_allocs), and, if the countdown is not reached, serves the
- * allocation and cuts the class's refilled freelist after the objects that
- * fit before the next sample point (cache_alloc_limited: the rest waits
- * beside it, with the thread's frees of its own slabs' objects, which the
- * cache layer puts there while the profiler is on - cache_owner_frees_aside
- * - and the freelist takes when it runs dry). The inline path so runs dry at
- * the sample point and comes back to take the sample. A free that still
- * pushes onto the list meanwhile (malloc's foreign frees) lengthens it:
- * counted all the same, and that stream's sample taken at its next slow
- * path, a few blocks late. The profiler's own blocks of a class (the sampled blocks'
- * containers) are left out of its count (own). kmalloc_beyond's requests
- * go to prof_beyond_call (kmalloc_divert_beyond), and calloc's large blocks,
- * memalign's large or over-aligned ones and realloc's in-place growth are
- * counted by api/malloc.c through prof_sample_due. With USLAB_PROF_SAMPLE=1
- * every block is sampled: there malloc is diverted (prof_every_call), which
- * gives each block's exact size. free is not diverted: its inline path
- * stays as it is for every block that is not sampled.
+ * Reaching the allocations. While the profiler is on, malloc is diverted to
+ * it (kmalloc_divert: the inline path's limits are 0, so every request goes
+ * to prof_malloc_call), which counts the bytes asked for and serves every
+ * block but the sampled ones as without the profiler (kmalloc_direct).
+ * calloc's large blocks, memalign's over-aligned or large ones and
+ * realloc's in-place growth, which do not come through malloc, are counted
+ * by api/malloc.c through prof_sample_due. free is not diverted: its inline
+ * path stays as it is for every block that is not sampled, and the next
+ * malloc of a class takes back the block freed last, as without the
+ * profiler. With USLAB_PROF_SAMPLE=1 every block is sampled (the interval
+ * is 0).
  *
  * A sampled small block (and, with USLAB_PROF_SAMPLE=1, every one) sits
  * inside a kmalloc block, behind a header:
@@ -176,28 +163,13 @@ static int prof_pending;            /* a signal asked for a profile */
 static uintptr_t self_lo, self_hi;  /* this library's code, if a shared object */
 
 /*
- * The calling thread's sample points. Each small class is a stream of its
- * own, counted in objects of the class by the cache layer's statistics
- * (cache_thread_allocs) minus the profiler's own blocks (own): seen is the
- * count the stream's last slow-path call accounted for, left the bytes
- * from there to the next sample. They refer to the heap prof_heap: a
- * thread that gets another (a recycled one, with another's counts) starts
- * every class afresh (prof_fresh: bit cls clear). Everything else the
- * program allocates (large and huge blocks, realloc's growth) is one more
- * stream, counted in bytes by prof_sample_due: prof_left. prof_rng 0: no
- * interval drawn yet.
+ * The calling thread's sample points: prof_left, the bytes it may still
+ * allocate before the next one (prof_due); prof_rng 0: no interval drawn
+ * yet.
  */
-struct prof_class {
-	uint64_t seen, left, own;
-};
-static __thread struct prof_class prof_cls[NR_CLASSES];
-static __thread uint64_t prof_ready;          /* bit cls: prof_cls[cls] counts */
-static __thread struct thread_heap *prof_heap;
 static __thread uint64_t prof_left;
 static __thread uint64_t prof_rng;
 static __thread bool prof_inside;             /* sampling: nothing inside is sampled */
-static __thread unsigned prof_own_class;      /* 1 + the class of the block the
-						 profiler is taking for itself; 0: none */
 /* The sampled block prof_owns found last, and its record: realloc and
  * malloc_usable_size ask prof_owns first, then about the same block, which
  * their caller owns, so the record stays as it is meanwhile. */
@@ -690,21 +662,41 @@ static unsigned prof_backtrace(const void **pc, const void *site)
 	return depth;
 }
 
-/* n bytes more on the calling thread's count of the blocks no class
- * serves: true when the block is to be sampled (prof_alloc then makes it;
- * the next interval is drawn already). */
-bool prof_sample_due(size_t n)
+/* prof_due's other cases: the thread's first block (no interval drawn
+ * yet), a block inside a sample (never sampled, and left uncounted), and
+ * the block the sample point falls in (the next interval is drawn). */
+static noinline bool prof_due_slow(size_t n)
 {
 	if (prof_inside)
 		return false;
-	if (unlikely(!prof_rng))
+	if (unlikely(!prof_rng)) {
 		prof_left = prof_draw();
-	if (n < prof_left) {
-		prof_left -= n;
-		return false;
+		if (n < prof_left) {
+			prof_left -= n;
+			return false;
+		}
 	}
 	prof_left = prof_draw();
 	return true;
+}
+
+/* n bytes more on the calling thread's count: true when the block is to be
+ * sampled (prof_alloc then makes it; the next interval is drawn already).
+ * One compare and one subtraction while the interval lasts. */
+static __always_inline bool prof_due(size_t n)
+{
+	uint64_t left = prof_left;
+
+	if (likely(n < left)) {
+		prof_left = left - n;
+		return false;
+	}
+	return prof_due_slow(n);
+}
+
+bool prof_sample_due(size_t n)
+{
+	return prof_due(n);
 }
 
 /* The header at base + front - PROF_FRONT recorded for stack pc: the block
@@ -727,22 +719,6 @@ static bool prof_record(char *base, size_t front, size_t n, const void *const *p
 	}
 	prof_unlock();
 	return ok;
-}
-
-/* A block of total bytes aligned to align for the profiler itself. One of
- * a class is not the program's: left out of the class's count (own), also
- * by the class's slow path if it comes there (prof_own_class). */
-static void *prof_own_alloc(size_t align, size_t total)
-{
-	unsigned c = kmalloc_aligned_class(align, total);
-	void *p;
-
-	prof_own_class = c < NR_CLASSES ? c + 1 : 0;
-	p = kmalloc_aligned(align, total);
-	if (p && c < NR_CLASSES)
-		prof_cls[c].own++;
-	prof_own_class = 0;
-	return p;
 }
 
 /* The record apart of large or huge block p of n bytes, sampled at the
@@ -813,7 +789,7 @@ void *prof_alloc(size_t n, size_t align, bool zero, const void *site)
 	} else if (front > UINT32_MAX || __builtin_add_overflow(n ? n : 1, front, &total)) {
 		errno = ENOMEM;
 	} else {
-		char *base = prof_own_alloc(align > 16 ? align : 16, total);
+		char *base = kmalloc_aligned(align > 16 ? align : 16, total);
 
 		if (base && prof_record(base, front, n, pc, depth)) {
 			user = base + front;
@@ -828,90 +804,33 @@ void *prof_alloc(size_t n, size_t align, bool zero, const void *site)
 	return user;
 }
 
-/*
- * The slow path of small class cls while the profiler is on (ksampler):
- * the inline path has run the class's freelist dry, either because it was
- * used up or because this allocation is the class's next sample point,
- * where an earlier call cut the list (cache_alloc_limited). The count
- * says which: the objects allocated since the last call, this one
- * included, reach the interval or not. A sample is a block of the class's
- * size, the size recorded (the inline path passed no other); otherwise an
- * object of the class, its freelist, if refilled, cut at the next sample
- * point. Within a sample nothing is sampled: an interval that ends there
- * ends at the class's next call.
- */
-static void *prof_class_call(unsigned cls, size_t align, const void *site)
+/* A block of n bytes as without the profiler. */
+static inline void *prof_unsampled(size_t n)
 {
-	struct uslab_cache *s = kmalloc_cache(cls);
-
-	if (unlikely(kmalloc_unready(s) || !heap_has_chunk(tls_heap, s))) {
-		s = kmalloc_class_ready(cls);
-		if (unlikely(!s))
-			return NULL;
-		cls = kmalloc_class_of(s);   /* a start-up class may serve cls */
-	}
-
-	struct prof_class *st = &prof_cls[cls];
-	uint64_t size = kmalloc_class_size[cls];
-	bool mine = prof_own_class == cls + 1;
-
-	if (unlikely(tls_heap != prof_heap)) {
-		prof_heap = tls_heap;
-		prof_ready = 0;
-	}
-	uint64_t count = cache_thread_allocs(s) - st->own;   /* the freelist is empty */
-	if (unlikely(!(prof_ready >> cls & 1))) {
-		prof_ready |= 1ull << cls;
-		st->seen = count;
-		st->left = prof_draw();
-	}
-	uint64_t bytes = (count - st->seen + !mine) * size;
-
-	st->seen = count;
-	if (bytes < st->left) {
-		st->left -= bytes;
-	} else if (prof_inside) {
-		st->left = 0;
-	} else {
-		st->left = prof_draw();
-		return prof_alloc(size, align, false, site);
-	}
-	/* the allocation whose bytes reach left is the k + 1-th from here */
-	uint64_t k = st->left ? (st->left - 1) / size : 0;
-	void *p = kmalloc_class_limited(s, k < UINT32_MAX ? (unsigned)k : UINT32_MAX);
-
-	if (p && !mine)
-		st->seen++;
-	return p;
+	return likely(n <= SMALL_MAX) ? kmalloc_direct(n) : malloc_large_or_huge(n, 0, NULL);
 }
 
-/* With USLAB_PROF_SAMPLE=1 every block is sampled, so every malloc comes
- * to the profiler anyway: through the divert (kmalloc.h), which gives the
- * size asked for, not the class's. */
-static void *prof_every_call(size_t n, const void *site)
+/* prof_malloc_call's block when its interval has run out (or none is
+ * drawn, or the thread is sampling). */
+static noinline void *prof_malloc_due(size_t n, const void *site)
 {
-	if (prof_inside)
-		return n <= SMALL_MAX ? kmalloc_direct(n) : malloc_large_or_huge(n, 0, NULL);
-	return prof_alloc(n, 0, false, site);
-}
-
-/* Whether memalign's block of n bytes aligned to align is to be sampled
- * there (prof_alloc): not a small class's while the classes sample their
- * own (prof_class_call, through kmalloc_aligned). */
-bool prof_aligned_due(size_t align, size_t n)
-{
-	if (kmalloc_aligned_class(align, n) < NR_CLASSES && prof_mean > 1)
-		return false;
-	return prof_sample_due(n);
-}
-
-/* kmalloc_beyond's requests (large and huge blocks) while the profiler is
- * on: counted in bytes by prof_sample_due. */
-static void *prof_beyond_call(size_t n, const void *site)
-{
-	if (prof_sample_due(n))
+	if (prof_due_slow(n))
 		return prof_alloc(n, 0, false, site);
-	return malloc_large_or_huge(n, 0, NULL);
+	return prof_unsampled(n);
+}
+
+/* malloc while the profiler is on (kmalloc_divert): every block the
+ * program asks for, its bytes counted; a block the sample point falls in is
+ * made by prof_alloc, any other as without the profiler. No call on the
+ * common way, so no frame. */
+static void *prof_malloc_call(size_t n, const void *site)
+{
+	uint64_t left = prof_left;
+
+	if (unlikely(n >= left))
+		return prof_malloc_due(n, site);
+	prof_left = left - n;
+	return prof_unsampled(n);
 }
 
 /* Whether p may be a sampled block, without the lock: a block's bucket is
@@ -1040,7 +959,7 @@ static void block_back_resized(struct prof_block *b, bool resized, size_t n)
  * new allocation (sampled or not, by the count); the caller frees p. */
 static void *prof_realloc_copy(const void *p, size_t n, size_t have, const void *site)
 {
-	void *q = n > SMALL_MAX ? prof_beyond_call(n, site) : kmalloc(n);
+	void *q = prof_malloc_call(n, site);
 
 	if (q)
 		memcpy(q, p, have < n ? have : n);
@@ -1375,13 +1294,9 @@ __attribute__((constructor)) static void prof_at_load(void)
 	WRITE_ONCE(prof_on, true);
 	/* the stray hook first: no sampled block may exist without it */
 	kmalloc_divert_stray(prof_free_stray);
-	if (prof_mean == 1) {
-		kmalloc_divert(prof_every_call, NULL);
-	} else {
+	if (prof_mean > 1)
 		kmalloc_divert_gone(prof_far_gone);
-		kmalloc_sample_classes(prof_class_call);
-		kmalloc_divert_beyond(prof_beyond_call);
-	}
+	kmalloc_divert(prof_malloc_call, NULL);
 }
 
 __attribute__((destructor)) static void prof_at_exit(void)

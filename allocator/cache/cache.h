@@ -189,12 +189,6 @@ struct thread_heap {
 	long stat[MAX_CACHES - STATIC_IDS][NR_CACHE_STATS] __attribute__((aligned(CACHE_LINE)));
 	uint8_t partial_doubled[MAX_CACHES - STATIC_IDS];   /* the other caches':
 							       as k_partial_doubled */
-	/* malloc's classes, while the owner's frees are put aside
-	 * (cache_owner_frees_aside): the objects freed into this thread's slabs
-	 * since its cpu freelist of the class last ran dry. Shaped as a cpu slab
-	 * where free's inline path pushes (freelist, and fast_frees counting
-	 * them); no other field is used. Last: untouched otherwise. */
-	struct cpu_slab k_aside[STATIC_IDS] __attribute__((aligned(CACHE_LINE)));
 };
 _Static_assert(NR_CHUNKS <= 64, "chunks_used is one word");
 _Static_assert(offsetof(struct thread_heap, cpu) == CACHE_LINE,
@@ -335,35 +329,6 @@ void caches_lock_all(void);                            /* fork: registry, heaps,
 void caches_unlock_all(bool child);
 
 void *cache_alloc_slow(struct uslab_cache *s);
-/* Where malloc's free puts a thread's frees of its own slabs' objects, for
- * the slabs frozen from now on: false (the default), its cpu freelist, where
- * the next malloc takes them back; true, a list beside it per class
- * (thread_heap.k_aside) that the freelist takes whole when it runs dry, so
- * that it only shrinks between refills (the heap profiler's sampler, which
- * counts allocations at the slow path). Before the program's threads. */
-void cache_owner_frees_aside(bool on);
-/* The heap profiler's (cpu.c): an allocation whose refilled freelist runs
- * dry after at most k more. */
-void *cache_alloc_limited(struct uslab_cache *s, unsigned k);
-
-/*
- * The calling thread's allocations of s, fast and slow, as its statistics
- * count them: the folded counters plus what the fast path has taken since
- * the last fold (cpu_stats_fold's sum, the freelist walked: nothing to walk
- * when it is empty, as when the fast path has just found it so). The thread
- * has a heap with s's chunk (cpu_slab_get). For the heap profiler.
- */
-static inline uint64_t cache_thread_allocs(const struct uslab_cache *s)
-{
-	const struct cpu_slab *c = this_cpu_slab(s);
-	const long *st = heap_stat(tls_heap, s);
-	long left = 0;
-
-	for (void *p = c->freelist; p; p = fp_get(s, p))
-		left++;
-	return (uint64_t)(st[STAT_ALLOC_FAST] + st[STAT_ALLOC_SLOW] + (long)c->supplied +
-			  (long)c->fast_frees - left);
-}
 void cache_free_slow(struct uslab_cache *s, struct cpu_slab *c, void *obj);
 void slab_free_slow(struct uslab_cache *s, struct slab *slab, void *obj);
 void slab_free_cached(struct uslab_cache *s, struct slab *slab, void *obj);

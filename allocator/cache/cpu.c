@@ -31,60 +31,15 @@ static void cpu_slab_activate(struct cpu_slab *c, struct uslab_cache *s, struct 
 	c->limit = s->stride <= STRIDE_EXACT_MAX ? s->obj_limit : 0;
 }
 
-static bool owner_frees_aside;
-
-void cache_owner_frees_aside(bool on)
-{
-	WRITE_ONCE(owner_frees_aside, on);
-}
-
-/* local.h: thread_heap.k_aside's entry for c, the cpu slab of cache id,
- * while malloc's free puts a thread's frees of its own slabs' objects aside;
- * otherwise they go on c's freelist (and the cache API's never come this
- * way). Giving the active slab up (cpu_slab_deactivate) takes the list,
- * and a cpu-partial list drained without an active slab is one a flush
- * empties after it - or the tests' (cache_drain_cpu_partial), which takes
- * it first. While c holds no slab, the list holds at most the rest of a
- * shared refill that a sample point cut (cpu_freelist_cut), by which a
- * flush knows the cache (cpu_flush_slab). */
-struct cpu_slab *cpu_aside(unsigned id, struct cpu_slab *c)
-{
-	if (likely(!READ_ONCE(owner_frees_aside)) || id >= STATIC_IDS)
-		return NULL;
-	return (struct cpu_slab *)(void *)((char *)c + offsetof(struct thread_heap, k_aside) -
-					   offsetof(struct thread_heap, cpu));
-}
-
-struct slab *cpu_flush_slab(unsigned id, struct cpu_slab *c)
-{
-	struct slab *any = cpu_any_slab(c);
-
-	if (any)
-		return any;
-	struct cpu_slab *aside = cpu_aside(id, c);
-
-	return aside && aside->freelist ? ptr_to_slab(aside->freelist) : NULL;
-}
-
-/* What c's slabs name as the place for the owner's frees (slab->owner_cpu). */
-static struct cpu_slab *cpu_owner_list(const struct uslab_cache *s, struct cpu_slab *c)
-{
-	struct cpu_slab *aside = cpu_aside(s->id, c);
-
-	return aside ? aside : c;
-}
-
 /* The slab is frozen for the calling thread's heap, whose cpu slab of the
  * cache is c: from now on that thread's frees of its objects are local -
- * malloc's onto c's freelist (or the list beside it, cpu_aside), the cache
- * API's onto the slab's owner-local list. */
+ * malloc's onto c's freelist (slab->owner_cpu), the cache API's onto the
+ * slab's owner-local list. */
 static void slab_set_owner(const struct uslab_cache *s, struct slab *slab, struct cpu_slab *c)
 {
-	struct cpu_slab *list = cpu_owner_list(s, c);
-
 	WRITE_ONCE(slab->owner, tls_heap);
 	for (unsigned i = 0, n = slab_owner_units(slab); i < n; i++) {
-		WRITE_ONCE(slab[i].owner_cpu, list);
+		WRITE_ONCE(slab[i].owner_cpu, c);
 		WRITE_ONCE(slab[i].owner_tp, thread_self());
 	}
 }
@@ -165,8 +120,7 @@ static void cpu_stats_fold(struct uslab_cache *s, struct cpu_slab *c, unsigned r
 static void cpu_cached_publish(const struct uslab_cache *s, struct cpu_slab *c,
 			       uint64_t on_freelist)
 {
-	struct cpu_slab *aside = cpu_aside(s->id, c);
-	uint64_t n = on_freelist + (aside ? aside->fast_frees : 0) + c->parked;
+	uint64_t n = on_freelist + c->parked;
 
 	if (c->slab)
 		n += c->slab->local_count;
@@ -247,22 +201,6 @@ void cpu_local_push(struct uslab_cache *s, struct cpu_slab *c, struct slab *slab
 	slab->local_count += n;
 }
 
-/* Take c's list of the owner's frees put aside (cpu_aside) off it: its
- * objects, and their number in *n, for the caller to count as frees; NULL
- * and 0 when there are none. */
-static void *cpu_aside_take(struct uslab_cache *s, struct cpu_slab *c, unsigned *n)
-{
-	struct cpu_slab *aside = cpu_aside(s->id, c);
-	void *chain = aside ? aside->freelist : NULL;
-
-	*n = chain ? (unsigned)aside->fast_frees : 0;
-	if (chain) {
-		aside->freelist = NULL;
-		aside->fast_frees = 0;
-	}
-	return chain;
-}
-
 static unsigned cold_refill_objects(const struct uslab_cache *s);
 
 /* The foreign objects a thread may keep for reuse: a few until it has
@@ -292,12 +230,10 @@ static uint16_t foreign_budget(const struct uslab_cache *s)
  * by slab, not in the order they were freed: a pool freed in random order
  * is allocated again with the locality of a slab's list (and the list does
  * not carry them from one flush to the next). One walk, which rewrites a kept
- * object's link only where objects left after it. The chain `more` (the
- * frees put aside, cpu_aside, already counted in c->fast_frees; or NULL)
- * is sorted so too, as if it followed the list. Returns how many stay,
+ * object's link only where objects left after it. Returns how many stay,
  * the last in *last.
  */
-static unsigned flush_foreign(struct uslab_cache *s, struct cpu_slab *c, void *more, void **last)
+static unsigned flush_foreign(struct uslab_cache *s, struct cpu_slab *c, void **last)
 {
 	void *keep = NULL, *keep_tail = NULL;
 	struct slab *run = NULL;
@@ -306,14 +242,8 @@ static unsigned flush_foreign(struct uslab_cache *s, struct cpu_slab *c, void *m
 	bool cut = false;   /* objects left the list since keep_tail */
 	/* the active slab's objects (most, at a thread's exit): one compare */
 	uintptr_t base = c->base, span = c->slab ? (uintptr_t)s->objects * s->stride : 0;
-	struct cpu_slab *owner_list = cpu_owner_list(s, c);
 
-	for (void *p = c->freelist, *next; p || more; p = next) {
-		if (!p) {   /* on to the chain `more`: a kept run ends in NULL */
-			p = more;
-			more = NULL;
-			cut = true;
-		}
+	for (void *p = c->freelist, *next; p; p = next) {
 		if ((uintptr_t)p - base < span) {
 			/* a run of the active slab's objects: kept as linked */
 			if (!keep_tail)
@@ -334,7 +264,7 @@ static unsigned flush_foreign(struct uslab_cache *s, struct cpu_slab *c, void *m
 		struct slab *slab = segment_desc_head((uintptr_t)p & ~(SEG_SIZE - 1), p);
 		/* c's heap froze it (only that heap's thread stores this c:
 		 * another slab's owner may be changing it meanwhile) */
-		bool own = READ_ONCE(slab->owner_cpu) == owner_list;
+		bool own = READ_ONCE(slab->owner_cpu) == c;
 
 		cut = true;
 		if (own) {   /* onto its own list, for a refill to take whole */
@@ -378,12 +308,9 @@ static unsigned flush_foreign(struct uslab_cache *s, struct cpu_slab *c, void *m
 static void cpu_slab_deactivate(struct uslab_cache *s, struct cpu_slab *c)
 {
 	struct slab *slab = c->slab;
-	unsigned aside_n;
-	void *tail, *aside = cpu_aside_take(s, c, &aside_n);
-
-	c->fast_frees += aside_n;   /* frees, counted at the fold as c's */
-	/* one walk of the lists (at thread exit, a cache miss per object) */
-	unsigned n = flush_foreign(s, c, aside, &tail);
+	void *tail;
+	/* one walk of the list (at thread exit, a cache miss per object) */
+	unsigned n = flush_foreign(s, c, &tail);
 	void *chain = c->freelist;   /* only the active slab's objects now: none without one */
 
 	c->slab = NULL;
@@ -421,18 +348,11 @@ void cpu_slab_flush(struct uslab_cache *s, struct cpu_slab *c)
 }
 
 /* Tests: give up the calling thread's cpu-partial slabs of s (dry ones go
- * FULL), leaving its active slab alone. Without one, the frees put aside
- * go first: they wait only beside a cpu slab that holds a slab (cpu_aside). */
+ * FULL), leaving its active slab alone. */
 void cache_drain_cpu_partial(struct uslab_cache *s)
 {
-	struct cpu_slab *c;
-
-	if (!heap_has_chunk(tls_heap, s))
-		return;
-	c = heap_cpu_slab(tls_heap, s);
-	if (!c->slab && cpu_aside(s->id, c))
-		cpu_slab_deactivate(s, c);
-	cpu_partial_drain(s, c);
+	if (heap_has_chunk(tls_heap, s))
+		cpu_partial_drain(s, heap_cpu_slab(tls_heap, s));
 }
 
 /* A slab a free of ours has just frozen for us joins our cpu-partial list. */
@@ -735,7 +655,7 @@ static void release_foreign(struct uslab_cache *s)
 		/* foreign objects went on the list since it was last sorted or
 		 * ran dry (refilled, it has its whole budget again) */
 		if ((os->flags & CACHE_MALLOC) && o->foreign_left < os->foreign_max)
-			flush_foreign(os, o, NULL, NULL);
+			flush_foreign(os, o, NULL);
 	}
 }
 
@@ -823,18 +743,16 @@ static bool cpu_refill_slabs(struct uslab_cache *s, struct cpu_slab *c, unsigned
 
 /*
  * Put objects on c's empty freelist; false (ENOMEM) when there are none.
- * The warm ones come first: the owner's frees put aside (cpu_aside), and
- * the objects other threads' messages sent back to its slabs, all of them
- * whatever slabs they are of (on their slabs' owner-local lists, a refill
- * would take one slab's few). Then the slabs': while the frees put aside
- * are fewer than half a slab's objects, so that a thread that frees what
- * it allocates in turn comes here at most every half slab; with objects
- * sent back, what the active slab has freed, building more of it only as
- * reuse allows (slab_build_more).
+ * The warm ones come first: the objects other threads' messages sent back
+ * to its slabs, all of them whatever slabs they are of (on their slabs'
+ * owner-local lists, a refill would take one slab's few). Then the slabs',
+ * while those are fewer than half a slab's objects: with objects sent
+ * back, what the active slab has freed, building more of it only as reuse
+ * allows (slab_build_more).
  */
 static bool cpu_refill(struct uslab_cache *s, struct cpu_slab *c)
 {
-	unsigned count, sent = 0, more = 0;
+	unsigned sent = 0, more = 0;
 	void *back = NULL, *back_tail = NULL;
 
 	tls_heap->refills++;
@@ -844,34 +762,18 @@ static bool cpu_refill(struct uslab_cache *s, struct cpu_slab *c)
 		back = inbox_take(tls_heap, s->id, &back_tail, &sent);
 	c->foreign_left = foreign_budget(s);   /* every foreign object has been reused */
 	cpu_stats_fold(s, c, 0, 0);
-	void *aside = cpu_aside_take(s, c, &count);
+	bool enough = back && sent >= s->objects / 2;
 
-	if (aside)
-		stat_add(s, STAT_FREE_FAST, count);
-	if (back) {   /* behind the frees put aside, the warmer */
-		unsigned walked = 0;
-
-		if (aside)
-			fp_set(s, chain_last(s, aside, &walked), back);
-		else
-			aside = back;
-		count += sent;
-	}
-	bool enough = aside && count >= s->objects / 2;
-
-	if (!enough && !cpu_refill_slabs(s, c, sent, &more) && !aside) {
+	if (!enough && !cpu_refill_slabs(s, c, sent, &more) && !back) {
 		cpu_cached_publish(s, c, 0);
 		return false;
 	}
-	if (aside) {
-		unsigned walked = 0;
-
+	if (back) {
 		if (c->freelist)
-			fp_set(s, back ? back_tail : chain_last(s, aside, &walked), c->freelist);
-		c->freelist = aside;
+			fp_set(s, back_tail, c->freelist);
+		c->freelist = back;
 	}
-	count += more;
-	c->supplied = count - 1;   /* all but the one popped next */
+	c->supplied = sent + more - 1;   /* all but the one popped next */
 	cpu_cached_publish(s, c, c->supplied);
 	return true;
 }
@@ -907,64 +809,6 @@ void *cache_alloc_slow(struct uslab_cache *s)
 	void *obj = uslab_cpu_pop_(cpu_fast(c), s->fp_offset, fp_key_get());
 	if (unlikely(!obj))   /* the head is no address: the pop refused it */
 		freelist_corrupt(s, c->freelist);
-	return obj;
-}
-
-/*
- * Cut a freelist cpu_refill has just made (c->supplied objects) after its
- * first k: the rest waits on the list beside it (cpu_aside), where every
- * flush of c finds it, until the fast path has run the freelist dry and a
- * refill takes it back. Not frees: uncounted as such.
- */
-static void cpu_freelist_cut(struct uslab_cache *s, struct cpu_slab *c, unsigned k)
-{
-	struct cpu_slab *aside = cpu_aside(s->id, c);
-	unsigned rest = c->supplied - k;
-	void *held, *last = NULL;
-
-	ASSERT(aside);   /* the profiler puts the owner's frees aside */
-	if (!aside || c->supplied <= k)
-		return;
-	if (k) {
-		last = c->freelist;
-		for (unsigned i = 1; i < k; i++)
-			last = fp_get(s, last);
-		held = fp_get(s, last);
-		fp_set(s, last, NULL);
-	} else {
-		held = c->freelist;
-		c->freelist = NULL;
-	}
-	if (aside->freelist) {   /* not after a refill, which takes it; kept right anyway */
-		unsigned n = 0;
-
-		fp_set(s, chain_last(s, held, &n), aside->freelist);
-	}
-	ASSERT_EXPENSIVE(({ unsigned n = 0; chain_last(s, held, &n); n == rest + aside->fast_frees; }));
-	aside->freelist = held;
-	aside->fast_frees += rest;
-	c->supplied = k;
-	stat_add(s, STAT_FREE_FAST, -(long)rest);   /* counted when a refill takes them */
-}
-
-/*
- * An object of s as cache_alloc_fast gives it, except that a cpu freelist
- * refilled for it keeps only its first k objects after this one (the rest
- * held back, cpu_freelist_cut): the fast path then runs dry, and comes to
- * the slow path, after at most k more allocations - unless frees push more
- * onto the list meanwhile. The heap profiler's sample points (api/prof.c).
- */
-void *cache_alloc_limited(struct uslab_cache *s, unsigned k)
-{
-	struct cpu_slab *c = this_cpu_slab(s);
-	void *obj = uslab_cpu_pop_(cpu_fast(c), s->fp_offset, fp_key_get());
-
-	if (likely(obj))
-		return obj;
-	bool refill = !c->freelist;   /* not a head the pop refused */
-	obj = cache_alloc_slow(s);
-	if (obj && refill && c == this_cpu_slab(s))   /* (a thread's first heap: not cut) */
-		cpu_freelist_cut(s, c, k);
 	return obj;
 }
 
@@ -1043,7 +887,7 @@ void slab_free_cached(struct uslab_cache *s, struct slab *slab, void *obj)
 	if (unlikely(obj == c->freelist))
 		uslab_fatal(cache_free_call(s), obj, "double free");
 	if (!c->foreign_left)   /* budget spent, or a new cpu slab */
-		flush_foreign(s, c, NULL, NULL);
+		flush_foreign(s, c, NULL);
 	c->foreign_left--;
 	uslab_cpu_link_(cpu_fast(c), obj, s->fp_offset, fp_key_get());
 	cpu_cached_add(c, 1);

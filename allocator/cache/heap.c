@@ -135,8 +135,8 @@ static void heap_flush_all(struct thread_heap *h, bool exiting)
 	for_each_heap_id(h, id) {
 		struct cpu_slab *c = &h->cpu[id];
 		/* a thread that only frees may hold cached objects and no
-		 * slab, one that shares refills objects set aside */
-		struct slab *any = cpu_flush_slab(id, c);
+		 * slab */
+		struct slab *any = cpu_any_slab(c);
 
 		if (any)
 			cpu_slab_flush(any->cache, c);

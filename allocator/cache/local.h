@@ -62,14 +62,6 @@ void cpu_partial_put(struct uslab_cache *s, struct cpu_slab *c, struct slab *sla
 /* the owner's objects onto a slab it holds (cpu.c, "The cpu-partial list") */
 void cpu_local_push(struct uslab_cache *s, struct cpu_slab *c, struct slab *slab, void *head,
 		    void *tail, unsigned n);
-/* The list beside c, the cpu slab of cache id, of the owner's frees put
- * aside (cache_owner_frees_aside), shaped as a cpu slab (freelist,
- * fast_frees their count); NULL when they are not. */
-struct cpu_slab *cpu_aside(unsigned id, struct cpu_slab *c);
-/* A slab of the cache whose cpu slab c is (cache id), by which a flush
- * knows the cache: cpu_any_slab's, else that of the first object waiting
- * aside (cpu_aside); NULL when c has nothing. */
-struct slab *cpu_flush_slab(unsigned id, struct cpu_slab *c);
 /* s's slab holding obj, or a one-line abort naming call and what is wrong */
 struct slab *object_slab(struct uslab_cache *s, void *obj, const char *call);
 /*

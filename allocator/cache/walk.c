@@ -70,8 +70,7 @@ size_t cache_live_objects(struct uslab_cache *s)
 	return live > 0 ? (size_t)live : 0;
 }
 
-/* The calling thread's private objects of cache s: on its cpu freelist,
- * and its frees put aside beside it (cpu_aside). */
+/* The calling thread's private objects of cache s: on its cpu freelist. */
 long own_private_objects(struct uslab_cache *s)
 {
 	struct thread_heap *h = tls_heap;
@@ -79,11 +78,9 @@ long own_private_objects(struct uslab_cache *s)
 
 	if (!heap_has_chunk(h, s))
 		return 0;
-	struct cpu_slab *c = heap_cpu_slab(h, s), *aside = cpu_aside(s->id, c);
-
-	for (void *p = c->freelist; p; p = fp_get(s, p))
+	for (void *p = heap_cpu_slab(h, s)->freelist; p; p = fp_get(s, p))
 		n++;
-	return n + (aside ? (long)aside->fast_frees : 0);
+	return n;
 }
 
 /* ---- validation --------------------------------------------------------------------- */
@@ -375,10 +372,8 @@ static void cache_report(struct uslab_cache *s, struct cache_report *r)
 	r->stat[STAT_FREE_LOCAL] += w.own_local;
 	struct thread_heap *h = tls_heap;
 	if (heap_has_chunk(h, s)) {
-		struct cpu_slab *c = heap_cpu_slab(h, s), *aside = cpu_aside(s->id, c);
+		struct cpu_slab *c = heap_cpu_slab(h, s);
 		long left = own_private_objects(s);
-		/* frees put aside: off the freelist, counted when it takes them */
-		long set_aside = aside ? (long)aside->fast_frees : 0;
 
 		r->live_objects -= left;
 		r->cached_objects = left + w.own_local;
@@ -386,8 +381,8 @@ static void cache_report(struct uslab_cache *s, struct cache_report *r)
 
 		if (m)   /* freed, not counted yet */
 			r->stat[STAT_FREE_REMOTE] += (long)m->count;
-		r->stat[STAT_ALLOC_FAST] += (long)c->supplied + (long)c->fast_frees - (left - set_aside);
-		r->stat[STAT_FREE_FAST] += (long)c->fast_frees + set_aside;
+		r->stat[STAT_ALLOC_FAST] += (long)c->supplied + (long)c->fast_frees - left;
+		r->stat[STAT_FREE_FAST] += (long)c->fast_frees;
 	}
 	long others = cache_cached_published(s, h);
 	if (others > r->live_objects)

@@ -211,32 +211,3 @@ void *kmalloc_class_alloc(struct uslab_cache *s)
 	return p;
 }
 
-/* The cache that serves class cls on the calling thread, set up and with
- * the thread's heap made: cls's own, or its start-up class's while those
- * serve (classes.c). NULL: no memory (errno = ENOMEM). */
-struct uslab_cache *kmalloc_class_ready(unsigned cls)
-{
-	struct uslab_cache *s = kmalloc_cache(cls);
-
-	while (unlikely(kmalloc_unready(s))) {
-		s = kmalloc_class_init(s);
-		if (!s)
-			return NULL;
-	}
-	if (unlikely(!cpu_slab_get(s))) {
-		errno = ENOMEM;
-		return NULL;
-	}
-	return s;
-}
-
-/* An object of ready cache s (kmalloc_class_ready) whose freelist, if
- * refilled for it, runs dry after at most k more (cache_alloc_limited). */
-void *kmalloc_class_limited(struct uslab_cache *s, unsigned k)
-{
-	void *p = cache_alloc_limited(s, k);
-
-	if (unlikely(READ_ONCE(kmalloc_startup)) && atomic_long_read(&s->slabs_allocated) > 1)
-		kmalloc_startup_end();
-	return p ? kmalloc_unmark(p) : NULL;
-}

@@ -98,25 +98,10 @@ void *malloc_large_or_huge(size_t n, size_t align, bool *zeroed)
 	return p;
 }
 
-/* The layer above's sampler of small blocks (kmalloc.h), or NULL. */
-void *(*ksampler)(unsigned cls, size_t align, const void *site);
-
-void kmalloc_sample_classes(void *(*hook)(unsigned, size_t, const void *))
-{
-	/* the sampler counts at the slow path: frees must not lengthen the cpu
-	 * freelists between refills */
-	cache_owner_frees_aside(hook != NULL);
-	WRITE_ONCE(ksampler, hook);
-}
-
-/* malloc's slow path for class cls: the sampler's while there is one, else
- * the start-up arena while it lasts (arena.c), then the class's cache. */
+/* malloc's slow path for class cls: the start-up arena while it lasts
+ * (arena.c), then the class's cache. */
 noinline void *kmalloc_slow(unsigned cls)
 {
-	void *(*hook)(unsigned, size_t, const void *) = READ_ONCE(ksampler);
-
-	if (unlikely(hook))   /* the caller: the entry point's, or its caller's if a tail call */
-		return hook(cls, 16, __builtin_return_address(0));
 	if (unlikely(READ_ONCE(kmalloc_arena_on))) {
 		void *p = arena_alloc(cls);
 
@@ -197,14 +182,11 @@ void free_nonsmall(void *p, struct slab *slab, const char *call)
  * a slab another thread owns (or nobody), an immediate double free, a large
  * run, a huge mapping, a uslab_cache object, or a bad pointer.
  */
-/* malloc of what the inline path does not serve: large and huge blocks, and
- * every request while malloc is diverted (kmalloc.h). */
+/* malloc of what the inline path does not serve while malloc is not
+ * diverted (kmalloc.h): large and huge blocks. */
 noinline void *kmalloc_beyond(size_t n, const void *site)
 {
-	void *(*hook)(size_t, const void *) = READ_ONCE(kdiv.malloc);
-
-	if (unlikely(hook))
-		return hook(n, site);
+	(void)site;
 	if (n <= SMALL_MAX)   /* saw the limits of a divert that has ended */
 		return kmalloc_direct(n);
 	return malloc_large_or_huge(n, 0, NULL);
@@ -214,15 +196,10 @@ void kmalloc_divert(void *(*malloc_hook)(size_t, const void *),
 		    void (*free_hook)(void *, const char *, const void *))
 {
 	segment_divert_frees(free_hook != NULL);
-	WRITE_ONCE(kdiv.malloc, malloc_hook);
+	WRITE_ONCE(kdiv.beyond, malloc_hook ? malloc_hook : kmalloc_beyond);
 	WRITE_ONCE(kdiv.free, free_hook);
 	WRITE_ONCE(kdiv.small_lim, malloc_hook ? 0 : KMALLOC_SMALL_LIM);
 	WRITE_ONCE(kdiv.mid_lim, malloc_hook ? 0 : KMALLOC_MID_LIM);
-}
-
-void kmalloc_divert_beyond(void *(*hook)(size_t, const void *))
-{
-	WRITE_ONCE(kdiv.malloc, hook);
 }
 
 void kmalloc_divert_stray(bool (*hook)(void *, const char *))
@@ -397,15 +374,14 @@ void *kmalloc_resize(void *p, size_t n)
 	return kmalloc_resize_block(p, &b, n);
 }
 
-/* Small class for an aligned request (kmalloc_aligned_class), with the
- * sampler's slow path while there is one, else a large or huge block. */
+/* Small class for an aligned request (kmalloc_aligned_class), else a large
+ * or huge block. */
 void *kmalloc_aligned(size_t align, size_t n)
 {
 	unsigned c = kmalloc_aligned_class(align, n);
 
 	if (c < NR_CLASSES) {
 		struct uslab_cache *s = kmalloc_cache(c);
-		void *(*hook)(unsigned, size_t, const void *) = READ_ONCE(ksampler);
 		/* a class not set up yet has no cpu_offset to go by */
 		void *p = likely(!kmalloc_unready(s)) ?
 				  uslab_cpu_pop_(cpu_fast(this_cpu_slab(s)), s->fp_offset, fp_key_get()) :
@@ -413,8 +389,6 @@ void *kmalloc_aligned(size_t align, size_t n)
 
 		if (p)
 			return kmalloc_unmark(p);
-		if (unlikely(hook))
-			return hook(c, align, __builtin_return_address(0));
 		p = kmalloc_class_alloc(s);
 		return p ? kmalloc_unmark(p) : NULL;
 	}

@@ -105,8 +105,8 @@ void *malloc_large_or_huge(size_t n, size_t align, bool *zeroed);
  * constants, and take a free only from the segment region while the length
  * kept for that test is set: not diverted, that costs nothing (compares
  * with memory instead of immediates, the same instruction count).
- * Diverted, both limits are 0, so every kmalloc reaches kmalloc_beyond and
- * calls the malloc hook; and when frees are diverted too, so is the
+ * Diverted, both limits are 0 and the call beyond them is the malloc hook's,
+ * so every kmalloc calls the hook; and when frees are diverted too, so is the
  * region's length (segment_divert_frees), so every kfree reaches
  * kfree_slow and calls the free hook. The hooks make their own
  * blocks with kmalloc_direct and kfree_direct, which ignore the divert.
@@ -119,7 +119,9 @@ void *malloc_large_or_huge(size_t n, size_t align, bool *zeroed);
 struct kmalloc_divert {
 	size_t small_lim;        /* kmalloc serves n < small_lim from kmalloc_small_off */
 	size_t mid_lim;          /* ... n < mid_lim from kmalloc_big_class */
-	void *(*malloc)(size_t n, const void *site);                 /* NULL: not diverted */
+	void *(*beyond)(size_t n, const void *site);   /* n at or above the limits:
+							  kmalloc_beyond, or the malloc
+							  hook while diverted */
 	void (*free)(void *p, const char *call, const void *site);   /* NULL: not diverted */
 	bool (*stray)(void *p, const char *call);   /* true: took p, at no block's start */
 };
@@ -133,24 +135,9 @@ void kmalloc_divert(void *(*malloc_hook)(size_t, const void *),
 /* Ask hook (NULL: nobody) about every pointer kfree_direct finds no block
  * starting at, before it aborts with "invalid pointer". */
 void kmalloc_divert_stray(bool (*hook)(void *, const char *));
-/* Send kmalloc_beyond's requests (large and huge blocks) to hook (NULL:
- * not), the inline path's limits as they are. */
-void kmalloc_divert_beyond(void *(*hook)(size_t, const void *));
 /* Tell hook (NULL: nobody) of every large or huge block free is about to
  * give back (the block is one; a huge block's double free may ask too). */
 void kmalloc_divert_gone(void (*hook)(void *));
-/*
- * The sampler of small blocks (the profiler), whose work is in the slow
- * paths alone: while it is set, kmalloc_slow and kmalloc_aligned's slow
- * path call it (class, alignment, the caller's return address) instead of
- * serving the request, and it serves it - with kmalloc_class_ready and
- * kmalloc_class_limited, which keep its count and choose when the inline
- * path comes back to it.
- */
-extern void *(*ksampler)(unsigned cls, size_t align, const void *site);
-void kmalloc_sample_classes(void *(*hook)(unsigned, size_t, const void *));
-struct uslab_cache *kmalloc_class_ready(unsigned cls);
-void *kmalloc_class_limited(struct uslab_cache *s, unsigned k);
 unsigned kmalloc_aligned_class(size_t align, size_t n);   /* NR_CLASSES: not small */
 extern bool kmalloc_startup;                  /* the start-up classes serve (classes.c) */
 void kmalloc_startup_end(void);               /* ... no longer */
@@ -241,9 +228,15 @@ static __always_inline void *kmalloc_with(size_t n, const struct kmalloc_divert 
 	return kmalloc_slow((unsigned)(off >> CPU_SLAB_SHIFT));
 }
 
+/* kmalloc's call beyond its limits: a load only on that way */
+static __always_inline void *kmalloc_beyond_call(size_t n, const void *site)
+{
+	return READ_ONCE(kdiv.beyond)(n, site);
+}
+
 static __always_inline void *kmalloc(size_t n)
 {
-	return kmalloc_with(n, &kdiv, kmalloc_beyond);
+	return kmalloc_with(n, &kdiv, kmalloc_beyond_call);
 }
 
 static inline void *large_or_huge_at(size_t n, const void *site)

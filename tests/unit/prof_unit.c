@@ -25,13 +25,12 @@
  *   rates      at one sample per 64 KiB, the number of blocks sampled from
  *              small blocks only, from a mix of small and large ones, and
  *              from large and huge ones only, each as the sampling's law
- *              says (within five standard deviations): the classes' own
- *              countdowns and the big blocks' one add up to one Poisson
- *              process over the bytes, whatever the mix
+ *              says (within five standard deviations): one Poisson
+ *              process over the bytes asked for, whatever the mix
  *   threads    sampled blocks (with a header and recorded apart) freed by
  *              a thread that did not allocate them, and realloc'd; threads
- *              that exit with a class's freelist cut at its sample point:
- *              nothing lost (every cache validates), nothing left live
+ *              that exit while they sample: nothing lost (every cache
+ *              validates), nothing left live
  *   streams    threads that allocate the same blocks in turn are sampled
  *              each by a stream of its own: their counts differ as
  *              independent draws do (all alike if the threads shared a
@@ -459,7 +458,7 @@ static double samples_now(const char *name)
 
 /* n blocks of sizes[i % nsizes] allocated and freed at once; the samples
  * they gave against the law's expectation: each block sampled with chance
- * 1 - exp(-size / mean), the sizes being classes' or large. */
+ * 1 - exp(-size / mean). */
 static void rate_mix(const char *what, const size_t *sizes, int nsizes, long n)
 {
 	double expect = 0, var = 0;
@@ -508,8 +507,8 @@ static size_t thread_size(int i)
 	return sizes[i % 8];
 }
 
-/* Allocates blocks into arg's array, frees half, and exits with its
- * classes' lists cut (one sample per 4 KiB: every class's is). */
+/* Allocates blocks into arg's array (one sample per 4 KiB: many of
+ * them), frees half, and exits. */
 static void *allocate_some(void *arg)
 {
 	void **v = arg;
@@ -570,7 +569,7 @@ static void case_threads(void)
 		}
 	}
 	CHECK_EQ(kmalloc_validate_all(), 0);
-	/* the exited threads' frees, those put aside included, went back */
+	/* the exited threads' frees went back */
 	CHECK_EQ(classes_live(), live);
 	CHECK_EQ(uslab_prof_dump(path_in_dir("threads.heap", path, sizeof(path))), 0);
 	if (read_profile(path, &p)) {

@@ -14,10 +14,6 @@
  *   consumer      a thread that frees blocks of a class it never allocated
  *                 keeps at most a few of them on its freelist
  *   few threads   at or below the bound, a thread's refill owns its slab
- *   profiling     while the heap profiler puts the owner's frees aside too:
- *                 a shared refill cut at a sample point leaves its rest
- *                 aside, beside a cpu slab that holds no slab, and a flush
- *                 gives it back
  */
 #include "test.h"
 #include "kmalloc_check.h"
@@ -178,60 +174,6 @@ static void test_few_threads(void)
 	shared_threads_over = 0;
 }
 
-static void *cut_taken[2];
-
-/* A shared refill of cache arg (a malloc class), cut after 2 objects more
- * (as at a sample point, cache_alloc_limited): the rest waits aside, and
- * this thread's flush gives it back to its slab. */
-static void *alloc_cut(void *arg)
-{
-	struct uslab_cache *s = arg;
-	void *heap_maker = uslab_malloc(2 * SIZE);   /* a heap: a thread's first is not cut */
-
-	uslab_free(heap_maker);
-	void *p = cache_alloc_limited(s, 2);
-
-	REQUIRE(p != NULL);
-	struct cpu_slab *c = this_cpu_slab(s), *aside = &tls_heap->k_aside[s->id];
-	struct slab *slab = ptr_to_slab(p);
-
-	CHECK(c->slab == NULL && c->partial == NULL);
-	CHECK(!slab_frozen(p));
-	CHECK_EQ(chain_len(s, c->freelist), 2);
-	/* the two taken: the freelist is empty, the rest only aside */
-	for (int i = 0; i < 2; i++)
-		REQUIRE((cut_taken[i] = uslab_malloc(8 * SIZE)) != NULL);
-	CHECK(c->freelist == NULL);
-	unsigned held = chain_len(s, aside->freelist);
-
-	CHECK_EQ(aside->fast_frees, held);
-	CHECK(held > 0);
-	unsigned before = ctr_inuse(dwcas_read_stable(&slab->xword).hi);
-
-	uslab_thread_flush();
-	CHECK(aside->freelist == NULL && aside->fast_frees == 0);
-	CHECK_EQ(ctr_inuse(dwcas_read_stable(&slab->xword).hi), before - held);
-	return p;
-}
-
-static void test_profiling(void)
-{
-	void *q = uslab_malloc(8 * SIZE);
-
-	REQUIRE(q != NULL);
-	struct uslab_cache *s = class_of(q);
-
-	uslab_free(q);
-	cache_owner_frees_aside(true);
-	void *p = run(alloc_cut, s);
-
-	CHECK_EQ(kmalloc_validate_all(), 0);
-	cache_owner_frees_aside(false);
-	uslab_free(p);
-	uslab_free(cut_taken[0]);
-	uslab_free(cut_taken[1]);
-}
-
 int main(void)
 {
 	shared_threads_over = 0;   /* any running thread is one too many */
@@ -240,7 +182,6 @@ int main(void)
 	test_not_frozen();
 	test_consumer();
 	test_few_threads();
-	test_profiling();
 	for (int i = 0; i < BLOCKS; i++)
 		uslab_free(blocks[i]);
 	uslab_thread_flush();

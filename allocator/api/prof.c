@@ -642,12 +642,17 @@ static bool in_self(const void *pc)
 }
 
 /* The calling stack into pc[PROF_DEPTH], from site (the malloc-family
- * call's return address) on, past this library's own frames. */
+ * call's return address) on, past this library's own frames. The walk's
+ * own blocks (backtrace()'s, where it is the unwinder) are the profiler's,
+ * not the program's: the count is as it was before it. */
 static unsigned prof_backtrace(const void **pc, const void *site)
 {
 	const void *raw[PROF_DEPTH + 16];
+	uint64_t left = prof_left;
 	unsigned n = unwind_stack(raw, PROF_DEPTH + 16), k = 0;
 	unsigned depth = 0;
+
+	prof_left = left;
 
 	while (k < n && raw[k] != site)
 		k++;

@@ -555,27 +555,27 @@ static void *chain_in_order(struct uslab_cache *s, struct slab *slab, void *chai
  * classes, 800 KiB of their objects free, allocating about a hundred
  * blocks of each class in its life. So while the process has more than
  * SHARED_THREADS_PER_CPU running threads per CPU, a thread refills a
- * malloc class from slabs that stay shared until it has refilled the class
- * SHARED_REFILLS times: under list_lock, a few objects of a partial slab
- * (cold_refill_objects), which stays unfrozen on the list for the next
- * thread (partial_take_shared), or of a new slab whose rest goes on the list
- * (slab_new_shared). The objects are foreign to the thread (its frees of
- * them take its foreign budget, onto its freelist, and go back by dwcas),
- * and a FULL slab it frees into is not frozen for it: it goes back on the
- * list. A thread that keeps allocating the class owns slabs as before.
+ * malloc class from slabs that stay shared: under list_lock, a few objects
+ * of a partial slab (cold_refill_objects), which stays unfrozen on the list
+ * for the next thread (partial_take_shared), or of a new slab whose rest
+ * goes on the list (slab_new_shared). The objects are foreign to the
+ * thread: its frees of them go onto its freelist while its foreign budget
+ * lasts (64 KiB of the class), so what it allocates and frees in turn is
+ * reused warm, and back to their slabs by dwcas when it is spent; a FULL
+ * slab it frees into is not frozen for it, it goes back on the list. What
+ * a thread holds is then that budget, not a slab per class. Back at or
+ * below the bound, its next refill freezes a slab for it.
  * shared_threads_over: the running threads above which refills share;
  * -1 (default): SHARED_THREADS_PER_CPU x the CPUs (tests set it).
  */
 #define SHARED_THREADS_PER_CPU 2
-#define SHARED_REFILLS 32
 int shared_threads_over = -1;
 
 bool cpu_shares(const struct uslab_cache *s)
 {
 	int over = READ_ONCE(shared_threads_over);
 
-	if (!(s->flags & CACHE_MALLOC) || s->id >= STATIC_IDS ||
-	    tls_heap->k_refills[s->id] > SHARED_REFILLS)
+	if (!(s->flags & CACHE_MALLOC) || s->id >= STATIC_IDS)
 		return false;
 	if (over < 0)
 		over = (int)(SHARED_THREADS_PER_CPU * os_ncpus());

@@ -114,7 +114,8 @@ void *malloc_large_or_huge(size_t n, size_t align, bool *zeroed);
  * block starts at (the profiler's, inside one): kfree's fast path refuses
  * them, and kfree_direct asks the stray hook before calling a pointer
  * invalid. Set up by the layer above before the program's threads
- * (kmalloc_divert, kmalloc_divert_stray); plain loads.
+ * (kmalloc_divert, kmalloc_divert_stray); the limits are plain loads, the
+ * call beyond them a load on that way only (kmalloc_beyond_call).
  */
 struct kmalloc_divert {
 	size_t small_lim;        /* kmalloc serves n < small_lim from kmalloc_small_off */

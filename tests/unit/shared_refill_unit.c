@@ -1,14 +1,16 @@
 /*
- * shared_refill_unit - with many more threads than CPUs, a thread's first
- * refills of a malloc class take a few objects of slabs that stay shared
- * (cache/cpu.c, "Shared refills"); after that it owns slabs as before.
+ * shared_refill_unit - with many more threads than CPUs, a thread's refills
+ * of a malloc class take a few objects of slabs that stay shared
+ * (cache/cpu.c, "Shared refills"); at or below the bound it owns slabs.
  * shared_threads_over sets the bound the tests need.
  *
  *   shared        a block's slab stays unfrozen on the partial list, owned
  *                 by nobody, and the thread holds no slab; another thread's
  *                 next block of the class comes from the same slab
- *   owned after   once a thread has refilled a class SHARED_REFILLS times,
- *                 its next refill freezes a slab for it
+ *   still shared  after 40 refills of a class the thread still holds no
+ *                 slab of it, and none of the slabs its blocks came from
+ *                 is frozen; once the process is at the bound again, the
+ *                 same thread's next refill freezes a slab for it
  *   not frozen    a free into a FULL shared slab by a thread that shares
  *                 lists the slab again instead of freezing it for itself
  *   consumer      a thread that frees blocks of a class it never allocated
@@ -23,7 +25,7 @@
 
 #define SIZE   64
 #define FEW    16            /* objects of a shared refill of 64-byte blocks */
-#define BLOCKS 700           /* more than FEW x (SHARED_REFILLS + 1) */
+#define BLOCKS 700           /* FEW x 40 and more */
 
 static void *blocks[BLOCKS];
 static struct uslab_cache *cls;   /* their class */
@@ -82,15 +84,30 @@ static void test_shared(void)
 	CHECK_EQ(kmalloc_validate_all(), 0);
 }
 
-static void test_owned_after(void)
+static void *owned[FEW + 1];
+
+static void test_still_shared(void)
 {
 	struct uslab_cache *s = cls;
+	int frozen = 0;
 
 	for (int i = 1; i < BLOCKS; i++)
 		REQUIRE((blocks[i] = uslab_malloc(SIZE)) != NULL);
+	CHECK(this_cpu_slab(s)->slab == NULL);
+	for (int i = 0; i < BLOCKS; i++)
+		frozen += slab_frozen(blocks[i]);
+	CHECK_EQ(frozen, 0);
+	CHECK_EQ(kmalloc_validate_all(), 0);
+
+	/* no longer too many threads: the rest of the shared refill first,
+	 * then a slab of its own */
+	shared_threads_over = 1000;
+	for (int i = 0; i <= FEW; i++)
+		REQUIRE((owned[i] = uslab_malloc(SIZE)) != NULL);
 	CHECK(this_cpu_slab(s)->slab != NULL);
-	CHECK(slab_frozen(blocks[BLOCKS - 1]));
-	CHECK(!slab_frozen(blocks[1]));
+	CHECK(slab_frozen(owned[FEW]));
+	CHECK(ptr_to_slab(owned[FEW])->owner == tls_heap);
+	shared_threads_over = 0;
 	CHECK_EQ(kmalloc_validate_all(), 0);
 }
 
@@ -178,12 +195,14 @@ int main(void)
 {
 	shared_threads_over = 0;   /* any running thread is one too many */
 	test_shared();
-	test_owned_after();
+	test_still_shared();
 	test_not_frozen();
 	test_consumer();
 	test_few_threads();
 	for (int i = 0; i < BLOCKS; i++)
 		uslab_free(blocks[i]);
+	for (int i = 0; i <= FEW; i++)
+		uslab_free(owned[i]);
 	uslab_thread_flush();
 	CHECK_EQ(kmalloc_validate_all(), 0);
 	return test_done("shared_refill_unit");

@@ -35,7 +35,7 @@ static void cpu_slab_activate(struct cpu_slab *c, struct uslab_cache *s, struct 
  * cache is c: from now on that thread's frees of its objects are local -
  * malloc's onto c's freelist (slab->owner_cpu), the cache API's onto the
  * slab's owner-local list. */
-static void slab_set_owner(const struct uslab_cache *s, struct slab *slab, struct cpu_slab *c)
+static void slab_set_owner(struct slab *slab, struct cpu_slab *c)
 {
 	WRITE_ONCE(slab->owner, tls_heap);
 	for (unsigned i = 0, n = slab_owner_units(slab); i < n; i++) {
@@ -370,7 +370,7 @@ void cpu_partial_put(struct uslab_cache *s, struct cpu_slab *c, struct slab *sla
 		else
 			cpu_partial_drain(s, c);
 	}
-	slab_set_owner(s, slab, c);
+	slab_set_owner(slab, c);
 	partial_link(c, slab, true);
 	stat_add(s, STAT_CPU_PARTIAL_PUT, 1);
 }
@@ -700,7 +700,7 @@ static struct slab *refill_slab(struct uslab_cache *s, struct cpu_slab *c, void 
 		}
 		*freelist = slab_build(s, slab, NULL, BUILD_GROW, count);
 	}
-	slab_set_owner(s, slab, c);
+	slab_set_owner(slab, c);
 	return slab;
 }
 

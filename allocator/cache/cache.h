@@ -173,10 +173,10 @@ struct thread_heap {
 	struct mailbox msg_returns;          /* its messages, drained: posted back by
 						their receivers, taken whole by the owner */
 	struct remote_msg *k_outbox[STATIC_IDS];
-	uint8_t k_refills[STATIC_IDS];       /* refills of each malloc class by its
-						thread, up to 255 (owner only; from 0
-						when a thread takes the heap): cpu.c,
-						"Shared refills" */
+	uint8_t k_refilled[STATIC_IDS];      /* 1: its thread has refilled that
+						malloc class (owner only; 0 when a
+						thread takes the heap): cpu.c,
+						foreign_budget */
 	uint8_t k_partial_doubled[STATIC_IDS]; /* 1: its thread keeps twice the
 						cpu-partial slabs of that cache
 						(owner only; 0 when a thread takes the

@@ -209,7 +209,7 @@ static unsigned cold_refill_objects(const struct uslab_cache *s);
  * `oversubscribed`), then foreign_max. */
 static uint16_t foreign_budget(const struct uslab_cache *s)
 {
-	if (s->id < STATIC_IDS && !tls_heap->k_refills[s->id])
+	if (s->id < STATIC_IDS && !tls_heap->k_refilled[s->id])
 		return (uint16_t)cold_refill_objects(s);
 	return s->foreign_max;
 }
@@ -756,8 +756,8 @@ static bool cpu_refill(struct uslab_cache *s, struct cpu_slab *c)
 	void *back = NULL, *back_tail = NULL;
 
 	tls_heap->refills++;
-	if (s->id < STATIC_IDS && tls_heap->k_refills[s->id] < UINT8_MAX)
-		tls_heap->k_refills[s->id]++;
+	if (s->id < STATIC_IDS)
+		tls_heap->k_refilled[s->id] = 1;
 	if (mailbox_peek(heap_inbox(tls_heap, s->id)))
 		back = inbox_take(tls_heap, s->id, &back_tail, &sent);
 	c->foreign_left = foreign_budget(s);   /* every foreign object has been reused */

@@ -71,7 +71,7 @@ static struct thread_heap *heap_get(void)
 	/* its last thread's runs went back at its exit; its credit goes too,
 	 * or a thread that only frees large blocks would keep them */
 	h->runs.credit = 0;
-	memset(h->k_refills, 0, sizeof(h->k_refills));
+	memset(h->k_refilled, 0, sizeof(h->k_refilled));
 	h->refills = 0;
 	h->fresh_units = 0;
 	h->exited = 0;

@@ -299,8 +299,8 @@ void *slab_take_freelist(struct uslab_cache *s, struct slab *slab, bool freeze, 
  * Under list_lock, from the first partial slab: at most max of its free
  * objects in *freelist, the slab taken off the list and frozen for the
  * caller (partial_take, which returns it), or, shared, left unfrozen and
- * owned by nobody (partial_take_shared: a thread that allocates the class
- * too rarely to own a slab of it, cache/cpu.c "Shared refills"). A shared
+ * owned by nobody (partial_take_shared: a thread of a process whose threads
+ * far outnumber the CPUs, cache/cpu.c "Shared refills"). A shared
  * take leaves the slab listed while it has more than max; with max or
  * fewer it takes it off the list first and then all it has (FULL): no
  * other thread's free may find a listed slab with no free object, which a

@@ -10,9 +10,9 @@
  * around it, and a sampled block stands for 1 / that many blocks - the
  * "heap_v2" convention that google-pprof and jeprof undo when they read a
  * profile. Each thread counts down the bytes to its next sample point
- * (prof_due: one compare and one subtraction a block), the interval drawn
- * afresh, exponential with the mean, from a per-thread generator after
- * each sample.
+ * (prof_sample_due: one compare and one subtraction a block), the interval
+ * drawn afresh, exponential with the mean, from a per-thread generator
+ * after each sample.
  *
  * Reaching the allocations. While the profiler is on, malloc is diverted to
  * it (kmalloc_divert: the inline path's limits are 0, so every request goes
@@ -164,8 +164,8 @@ static uintptr_t self_lo, self_hi;  /* this library's code, if a shared object *
 
 /*
  * The calling thread's sample points: prof_left, the bytes it may still
- * allocate before the next one (prof_due); prof_rng 0: no interval drawn
- * yet.
+ * allocate before the next one (prof_sample_due); prof_rng 0: no interval
+ * drawn yet.
  */
 static __thread uint64_t prof_left;
 static __thread uint64_t prof_rng;
@@ -667,9 +667,10 @@ static unsigned prof_backtrace(const void **pc, const void *site)
 	return depth;
 }
 
-/* prof_due's other cases: the thread's first block (no interval drawn
- * yet), a block inside a sample (never sampled, and left uncounted), and
- * the block the sample point falls in (the next interval is drawn). */
+/* prof_sample_due's other cases (and prof_malloc_call's): the thread's
+ * first block (no interval drawn yet), a block inside a sample (never
+ * sampled, and left uncounted), and the block the sample point falls in
+ * (the next interval is drawn). */
 static noinline bool prof_due_slow(size_t n)
 {
 	if (prof_inside)
@@ -688,7 +689,7 @@ static noinline bool prof_due_slow(size_t n)
 /* n bytes more on the calling thread's count: true when the block is to be
  * sampled (prof_alloc then makes it; the next interval is drawn already).
  * One compare and one subtraction while the interval lasts. */
-static __always_inline bool prof_due(size_t n)
+bool prof_sample_due(size_t n)
 {
 	uint64_t left = prof_left;
 
@@ -697,11 +698,6 @@ static __always_inline bool prof_due(size_t n)
 		return false;
 	}
 	return prof_due_slow(n);
-}
-
-bool prof_sample_due(size_t n)
-{
-	return prof_due(n);
 }
 
 /* The header at base + front - PROF_FRONT recorded for stack pc: the block
@@ -825,9 +821,10 @@ static noinline void *prof_malloc_due(size_t n, const void *site)
 }
 
 /* malloc while the profiler is on (kmalloc_divert): every block the
- * program asks for, its bytes counted; a block the sample point falls in is
- * made by prof_alloc, any other as without the profiler. No call on the
- * common way, so no frame. */
+ * program asks for, its bytes counted as prof_sample_due counts them; a
+ * block the sample point falls in is made by prof_alloc, any other as
+ * without the profiler. The count is written out here rather than called,
+ * so that the common way makes no call and needs no frame. */
 static void *prof_malloc_call(size_t n, const void *site)
 {
 	uint64_t left = prof_left;

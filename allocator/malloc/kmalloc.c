@@ -177,11 +177,6 @@ void free_nonsmall(void *p, struct slab *slab, const char *call)
 	}
 }
 
-/*
- * free() of anything the inline path did not take: NULL, a kmalloc object of
- * a slab another thread owns (or nobody), an immediate double free, a large
- * run, a huge mapping, a uslab_cache object, or a bad pointer.
- */
 /* malloc of what the inline path does not serve while malloc is not
  * diverted (kmalloc.h): large and huge blocks. */
 noinline void *kmalloc_beyond(size_t n, const void *site)
@@ -207,6 +202,11 @@ void kmalloc_divert_stray(bool (*hook)(void *, const char *))
 	WRITE_ONCE(kdiv.stray, hook);
 }
 
+/*
+ * free() of anything the inline path did not take: NULL, a kmalloc object of
+ * a slab another thread owns (or nobody), an immediate double free, a large
+ * run, a huge mapping, a uslab_cache object, or a bad pointer.
+ */
 noinline void kfree_slow(void *p, const char *call, const void *site)
 {
 	void (*hook)(void *, const char *, const void *) = READ_ONCE(kdiv.free);

@@ -102,7 +102,7 @@ static size_t quarantine_evict(uintptr_t *out, size_t max, size_t budget)
 /* ---- the calls ---------------------------------------------------------------------------------- */
 
 /* Decides debug_mode on the first call; true when the debug mode is on. */
-bool debug_resolve(void)
+every_process bool debug_resolve(void)
 {
 	int mode = READ_ONCE(debug_mode);
 
@@ -160,14 +160,14 @@ void *debug_alloc(size_t size, size_t align, bool zero, const char *call, const 
  * path is open meanwhile, since nothing it could take exists before a
  * malloc. kmalloc_divert then points kdiv here for good, or nowhere.
  */
-void *debug_malloc_call(size_t size, const void *site)
+every_process void *debug_malloc_call(size_t size, const void *site)
 {
 	if (debug_resolve())
 		return debug_alloc(size, 0, false, "malloc", site);
 	return kmalloc_direct(size);
 }
 
-void debug_free_call(void *p, const char *call, const void *site)
+every_process void debug_free_call(void *p, const char *call, const void *site)
 {
 	if (debug_resolve())
 		debug_free(p, SIZE_MAX, call, site);

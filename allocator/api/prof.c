@@ -1301,12 +1301,11 @@ __attribute__((constructor)) static void prof_at_load(void)
 	kmalloc_divert(prof_malloc_call, NULL);
 }
 
-__attribute__((destructor)) static void prof_at_exit(void)
+/* At exit, profiling: the profile, and its summary if asked for. */
+static noinline cold void prof_write_at_exit(void)
 {
 	char path[PROF_PATH];
 
-	if (!READ_ONCE(prof_on))
-		return;
 	prof_lock_take();
 	int err = dump_locked(profile_pattern(), path);
 	prof_unlock();
@@ -1314,4 +1313,12 @@ __attribute__((destructor)) static void prof_at_exit(void)
 		snprintf(path, sizeof(path), "%s", profile_pattern());
 	if (option(OPT_PROF_TOP) > 0 || err)
 		prof_summary(path, err);
+}
+
+/* A destructor, run by every process: with the code that runs
+ * (cold-text.ld), its work out of line with the cold. */
+__attribute__((destructor)) static void prof_at_exit(void)
+{
+	if (READ_ONCE(prof_on))
+		prof_write_at_exit();
 }

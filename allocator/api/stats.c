@@ -831,7 +831,7 @@ static void stats_signal(int sig)
 	errno = saved;
 }
 
-void stats_init(void)
+every_process void stats_init(void)
 {
 	int sig = (int)option(OPT_STATS_SIGNAL);
 

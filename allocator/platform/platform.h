@@ -40,6 +40,11 @@
 /* After every toolkit header: these names must not expand inside theirs. */
 #define noinline __attribute__((__noinline__))
 #define cold __attribute__((__cold__))
+/* A function of a file whose code the shared libraries keep apart as cold
+ * (allocator/cold-text.ld) that every process may run - at load, or before
+ * the options are read: it stays with the code that runs, so that its page
+ * does not bring the cold ones in. */
+#define every_process __attribute__((__section__(".text.every_process")))
 
 #define CACHE_LINE     64
 #define HUGE_PAGE_SIZE (2ul << 20)   /* a transparent huge page (x86-64, arm64 4K) */

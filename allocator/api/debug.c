@@ -120,7 +120,7 @@ every_process bool debug_resolve(void)
 
 /* Before the program's threads: kmalloc's and kfree's plain loads of kdiv
  * (and the other entry points' of debug_mode) then race with no write. */
-__attribute__((constructor)) static void debug_at_load(void)
+every_process __attribute__((constructor)) static void debug_at_load(void)
 {
 	debug_resolve();
 }
@@ -271,7 +271,7 @@ size_t debug_usable_size(void *p)
 /* ---- the leak report ---------------------------------------------------------------------------- */
 
 /* At exit: the blocks still live, by allocation site, most bytes first. */
-__attribute__((destructor)) static void debug_leak_report_at_exit(void)
+every_process __attribute__((destructor)) static void debug_leak_report_at_exit(void)
 {
 	if (READ_ONCE(debug_mode) > 0)
 		debug_leak_report(&table, &debug_lock, NULL, "at exit");

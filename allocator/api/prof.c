@@ -1252,7 +1252,7 @@ static int find_self(struct dl_phdr_info *info, size_t size, void *arg)
 }
 
 /* Decided once, before the program's threads, after the debug mode. */
-__attribute__((constructor)) static void prof_at_load(void)
+every_process __attribute__((constructor)) static void prof_at_load(void)
 {
 	char entry[64];
 
@@ -1317,7 +1317,7 @@ static noinline cold void prof_write_at_exit(void)
 
 /* A destructor, run by every process: with the code that runs
  * (cold-text.ld), its work out of line with the cold. */
-__attribute__((destructor)) static void prof_at_exit(void)
+every_process __attribute__((destructor)) static void prof_at_exit(void)
 {
 	if (READ_ONCE(prof_on))
 		prof_write_at_exit();

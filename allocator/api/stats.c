@@ -853,7 +853,7 @@ every_process void stats_init(void)
 	}
 }
 
-__attribute__((destructor)) static void stats_at_exit(void)
+every_process __attribute__((destructor)) static void stats_at_exit(void)
 {
 	if (option(OPT_STATS) || option_str(OPT_STATS_FILE))
 		stats_dump("exit", option(OPT_STATS));

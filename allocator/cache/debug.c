@@ -603,7 +603,7 @@ void cache_debug_forget(struct uslab_cache *s)
 }
 
 /* At exit: the objects of every debug cache still live, by allocation site. */
-__attribute__((destructor)) static void cache_debug_leak_report(void)
+every_process __attribute__((destructor)) static void cache_debug_leak_report(void)
 {
 	if (READ_ONCE(table.used))
 		debug_leak_report(&table, &cdebug_lock, NULL, "at exit");

@@ -41,9 +41,9 @@
 #define noinline __attribute__((__noinline__))
 #define cold __attribute__((__cold__))
 /* A function of a file whose code the shared libraries keep apart as cold
- * (allocator/cold-text.ld) that every process may run - at load, or before
- * the options are read: it stays with the code that runs, so that its page
- * does not bring the cold ones in. */
+ * (allocator/cold-text.ld) that every process may run - its constructors
+ * and destructors, and what runs before the options are read: it stays with
+ * the code that runs, so that its page does not bring the cold ones in. */
 #define every_process __attribute__((__section__(".text.every_process")))
 
 #define CACHE_LINE     64

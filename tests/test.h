@@ -510,15 +510,16 @@ static inline enum test_thp test_thp_mode(void)
 	return TEST_THP_NEVER;
 }
 
-/* The mapping (VMA) that holds p, from /proc/self/smaps: its bounds, its
+/* The mapping (VMA) that holds p, from /proc/self/smaps: its bounds,
+ * whether it is executable, its resident KiB (Rss), its
  * transparent-huge-page flags (VmFlags "hg" = MADV_HUGEPAGE, "nh" =
  * MADV_NOHUGEPAGE), THPeligible and AnonHugePages (KiB). False if no
  * mapping holds p. Reads the file with stdio: call it where stdio may
  * allocate. */
 struct test_vma {
 	uintptr_t start, end;
-	int hg, nh, dd, thp_eligible;
-	long anon_huge_kb;
+	int exec, hg, nh, dd, thp_eligible;
+	long rss_kb, anon_huge_kb;
 };
 
 static inline int test_vma_of(const void *p, struct test_vma *v)
@@ -534,9 +535,9 @@ static inline int test_vma_of(const void *p, struct test_vma *v)
 		return 0;
 	while (fgets(line, sizeof(line), f)) {
 		unsigned long lo, hi;
-		char c;
+		char perms[8];
 
-		if (sscanf(line, "%lx-%lx %c", &lo, &hi, &c) == 3) {   /* a mapping's line */
+		if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) == 3) {   /* a mapping's line */
 			if (found)
 				break;
 			in = (uintptr_t)p >= lo && (uintptr_t)p < hi;
@@ -544,12 +545,15 @@ static inline int test_vma_of(const void *p, struct test_vma *v)
 				found = 1;
 				v->start = lo;
 				v->end = hi;
+				v->exec = perms[2] == 'x';
 			}
 			continue;
 		}
 		if (!in)
 			continue;
-		if (!strncmp(line, "THPeligible:", 12))
+		if (!strncmp(line, "Rss:", 4))
+			v->rss_kb = atol(line + 4);
+		else if (!strncmp(line, "THPeligible:", 12))
 			v->thp_eligible = atoi(line + 12);
 		else if (!strncmp(line, "AnonHugePages:", 14))
 			v->anon_huge_kb = atol(line + 14);

@@ -69,39 +69,6 @@ static int seg_of(const struct text_segs *t, const void *p)
 	return -1;
 }
 
-/* The library's executable mappings in smaps: how many, and the Rss of
- * the one that holds p (-1 if none does). */
-struct text_maps {
-	int n;
-	long rss_kb;
-};
-
-static void read_text_maps(const char *lib, const void *p, struct text_maps *t)
-{
-	FILE *f = fopen("/proc/self/smaps", "r");
-	char line[1024], path[512], perms[8];
-	int in = 0;
-
-	t->n = 0;
-	t->rss_kb = -1;
-	REQUIRE(f);
-	while (fgets(line, sizeof(line), f)) {
-		unsigned long lo, hi;
-
-		path[0] = 0;
-		if (sscanf(line, "%lx-%lx %7s %*s %*s %*s %511s", &lo, &hi, perms, path) >= 3) {
-			bool text = perms[2] == 'x' && !strcmp(path, lib);
-
-			t->n += text;
-			in = text && (uintptr_t)p >= lo && (uintptr_t)p < hi;
-			continue;
-		}
-		if (in && !strncmp(line, "Rss:", 4))
-			t->rss_kb = atol(line + 4);
-	}
-	fclose(f);
-}
-
 static void *blocks[THREADS][BLOCKS];
 static pthread_barrier_t phase;
 
@@ -159,7 +126,6 @@ static void *worker(void *arg)
 int main(void)
 {
 	Dl_info info;
-	struct text_maps t;
 	pthread_t th[THREADS];
 	char lib[512];
 
@@ -193,21 +159,22 @@ int main(void)
 	}
 	malloc_trim(0);
 
-	read_text_maps(lib, (void *)stats_print, &t);
-	if (t.n == 0) {
+	struct test_vma hot_map, cold_map;
+	if (!test_vma_of((void *)stats_print, &cold_map) || !cold_map.exec) {
 		test_skip("/proc/self/smaps shows no executable mapping of %s (an emulator?)", lib);
 		return test_done("malloc_cold_text");
 	}
-	printf("  after the work: the cold mapping's Rss %ld KiB\n", t.rss_kb);
-	CHECK_EQ(t.n, 2);
-	CHECK_EQ(t.rss_kb, 0);
+	REQUIRE(test_vma_of(malloc_fn, &hot_map));
+	printf("  after the work: the cold mapping's Rss %ld KiB\n", cold_map.rss_kb);
+	CHECK(cold_map.start != hot_map.start);
+	CHECK_EQ(cold_map.rss_kb, 0);
 
 	FILE *null = fopen("/dev/null", "w");
 	REQUIRE(null);
 	stats_print(null);
 	fclose(null);
-	read_text_maps(lib, (void *)stats_print, &t);
-	printf("  after a statistics report: %ld KiB\n", t.rss_kb);
-	CHECK(t.rss_kb > 0);
+	REQUIRE(test_vma_of((void *)stats_print, &cold_map));
+	printf("  after a statistics report: %ld KiB\n", cold_map.rss_kb);
+	CHECK(cold_map.rss_kb > 0);
 	return test_done("malloc_cold_text");
 }

@@ -629,7 +629,7 @@ static const char *stats_target(char *buf, size_t size)
 
 /* JSON to USLAB_STATS_FILE, else the table on stderr (and the table too
  * when table_too). */
-static void stats_dump(const char *origin, bool table_too)
+static cold void stats_dump(const char *origin, bool table_too)
 {
 	char buf[4096];
 	const char *path = stats_target(buf, sizeof(buf));

@@ -9,8 +9,9 @@
  * descriptor is written when its unit joins a run and cleared when it
  * leaves: a free unit's reads as zero, so a fresh mapping needs no
  * initialisation beyond the header's first fields and touches a descriptor
- * page only when a run reaches it. seg_lock protects the segment list and
- * every unit map; descriptors of a run belong to its owner.
+ * page only when a run reaches it. seg_lock protects the segment list, the
+ * search index and every unit map; descriptors of a run belong to its
+ * owner.
  *
  * The registry answers "is this a segment of ours?" with one relaxed load: a
  * byte per possible segment of the 47-bit address space (32 MiB of zero
@@ -156,7 +157,6 @@ static struct segment *segment_map(bool huge, bool large)
 		return NULL;
 	}
 	seg->magic = SEG_MAGIC;
-	seg->free_miss = seg->dirty_miss = SEG_UNITS + 1;
 	seg->slab_units = 0;
 	memset(seg->free_map, 0xff, sizeof(seg->free_map));
 	seg->free_map[0] &= ~((1ull << SEG_HDR_UNITS) - 1);
@@ -192,6 +192,79 @@ static void seg_list_add(struct segment *seg)
 	seg_list = seg;
 }
 
+/* ---- the search index -----------------------------------------------------
+ *
+ * What a search for a free run needs to know of a segment, one entry per
+ * listed segment in an array of its own (oldest first), so that the search
+ * passes a segment that cannot serve without touching it: every header is a
+ * cache line and a TLB entry of its own, and reading each of them made a
+ * large malloc's search over a heap of a few hundred segments take more
+ * time than everything else the program did (docs/large.md, "A heap of
+ * many segments"). free_max and dirty_max are upper bounds on the segment's
+ * longest free and dirty runs: a freed run raises them to the length of the
+ * run it joins, a claim lowers them to the segment's counts, and a search
+ * that finds no run of n units there lowers them to n - 1. A segment taken
+ * off the list leaves its entry empty (seg NULL, bounds 0) until
+ * seg_index_compact. All under seg_lock.
+ */
+struct seg_slot {
+	struct segment *seg;
+	uint16_t free_max, dirty_max;
+	bool huge, large_only;   /* the segment's, fixed once it is listed */
+	bool slabs;              /* slab_units != 0 */
+};
+static struct seg_slot *seg_index;
+static unsigned seg_slots, seg_slots_cap;
+static bool seg_index_holes;
+
+static struct seg_slot *slot_of(const struct segment *seg)
+{
+	return &seg_index[seg->slot];
+}
+
+/* Room for one more entry; false when no metadata memory is left. */
+static bool seg_index_reserve(void)
+{
+	if (seg_slots < seg_slots_cap)
+		return true;
+	unsigned cap = seg_slots_cap ? seg_slots_cap * 2 : 64;
+	struct seg_slot *tab = meta_alloc(cap * sizeof(*tab));
+
+	if (!tab)
+		return false;
+	if (seg_index) {
+		memcpy(tab, seg_index, seg_slots * sizeof(*tab));
+		meta_free(seg_index, seg_slots_cap * sizeof(*tab));
+	}
+	seg_index = tab;
+	seg_slots_cap = cap;
+	return true;
+}
+
+/* The empty entries go; the others keep their order. */
+static void seg_index_compact(void)
+{
+	unsigned k = 0;
+
+	if (!seg_index_holes)
+		return;
+	for (unsigned i = 0; i < seg_slots; i++) {
+		if (!seg_index[i].seg)
+			continue;
+		seg_index[k] = seg_index[i];
+		seg_index[k].seg->slot = k;
+		k++;
+	}
+	seg_slots = k;
+	seg_index_holes = false;
+}
+
+static void seg_slab_units_add(struct segment *seg, int n)
+{
+	seg->slab_units = (uint16_t)(seg->slab_units + n);
+	slot_of(seg)->slabs = seg->slab_units != 0;
+}
+
 static void seg_list_del(struct segment *seg)
 {
 	if (seg->prev)
@@ -200,16 +273,27 @@ static void seg_list_del(struct segment *seg)
 		seg_list = seg->next;
 	if (seg->next)
 		seg->next->prev = seg->prev;
+	*slot_of(seg) = (struct seg_slot){ 0 };
+	seg_index_holes = true;
 }
 
-/* seg_lock held: a new segment (all units free) joins the list and the counts. */
-static void seg_list_add_new(struct segment *seg)
+/* seg_lock held: a new segment (all units free) joins the list, the index
+ * and the counts; false (nothing changed) when the index has no room. */
+static bool seg_list_add_new(struct segment *seg)
 {
+	if (!seg_index_reserve())
+		return false;
+	seg->slot = seg_slots;
+	/* all its free units are one run, and so are its dirty ones */
+	seg_index[seg_slots++] = (struct seg_slot){ seg, (uint16_t)seg->free_units,
+						    (uint16_t)seg->dirty_units, seg->huge,
+						    seg->large_only, false };
 	registry_set((uintptr_t)seg, REG_SEGMENT);
 	seg_list_add(seg);
 	nr_empty_segments++;
 	WRITE_ONCE(clean_free_units, clean_free_units + seg->free_units - seg->dirty_units);
 	WRITE_ONCE(dirty_free_units, dirty_free_units + seg->dirty_units);
+	return true;
 }
 
 #define MAP_WORDS (SEG_UNITS / 64)
@@ -249,6 +333,22 @@ static unsigned count_bits(const uint64_t *map, unsigned first, unsigned n)
 	return c;
 }
 
+/* The length of the run of set bits in map that holds units first ..
+ * first + n - 1 (all set), or bound if that is more. Header units are never
+ * free, so a run starts after unit 0. */
+static uint16_t run_around(const uint64_t *map, unsigned first, unsigned n, uint16_t bound)
+{
+	unsigned w = first / 64, start;
+	uint64_t clear = ~map[w] & ((1ull << (first % 64)) - 1);   /* below first */
+
+	while (!clear && w)
+		clear = ~map[--w];
+	start = clear ? w * 64 + 64 - (unsigned)__builtin_clzll(clear) : 0;
+	unsigned len = next_bit(map, first + n, false) - start;
+
+	return len > bound ? (uint16_t)len : bound;
+}
+
 /*
  * Free units move between three states, all under seg_lock:
  *   in use -> (free) -> dirty: free, still committed
@@ -270,6 +370,12 @@ void units_take(struct segment *seg, unsigned first, unsigned n, bool *zeroed)
 	set_bits(seg->aged_map, first, n, false);
 	seg->free_units -= n;
 	seg->dirty_units -= dirty;
+	struct seg_slot *s = slot_of(seg);
+
+	if (s->free_max > seg->free_units)
+		s->free_max = (uint16_t)seg->free_units;
+	if (s->dirty_max > seg->dirty_units)
+		s->dirty_max = (uint16_t)seg->dirty_units;
 	WRITE_ONCE(dirty_free_units, dirty_free_units - dirty);   /* segment_decay peeks */
 	WRITE_ONCE(clean_free_units, clean_free_units - (n - dirty));
 	if (zeroed)
@@ -280,15 +386,17 @@ void units_give(struct segment *seg, unsigned first, unsigned n, bool dirty)
 {
 	for (unsigned i = first; i < first + n; i++)
 		ASSERT(!bit(seg->free_map, i) && !seg->desc[i].head);   /* in use, then cleared */
+	struct seg_slot *s = slot_of(seg);
+
 	set_bits(seg->free_map, first, n, true);
 	seg->free_units += n;
-	seg->free_miss = SEG_UNITS + 1;   /* a longer run may be there now */
+	s->free_max = run_around(seg->free_map, first, n, s->free_max);
 	if (dirty) {
 		if (!seg->dirty_units)   /* its decay clock starts with its first */
 			seg->aged_ms = os_now_ms();
 		set_bits(seg->dirty_map, first, n, true);
 		seg->dirty_units += n;
-		seg->dirty_miss = SEG_UNITS + 1;
+		s->dirty_max = run_around(seg->dirty_map, first, n, s->dirty_max);
 		WRITE_ONCE(dirty_free_units, dirty_free_units + n);
 	} else {
 		WRITE_ONCE(clean_free_units, clean_free_units + n);
@@ -454,59 +562,58 @@ static bool huge_segment_wanted(bool huge_ok)
 	       atomic_long_read(&mapped_bytes) >= (long)(HUGE_SEGMENTS_AFTER * SEG_SIZE);
 }
 
-/* May seg hold a run (of kind large, or of slabs)? Any run where huge
- * pages are not, only one that may lie under them where they are; and
- * only a large run in a segment that holds large runs only (segment_map). */
-static bool segment_serves(const struct segment *seg, bool huge_ok, bool large)
-{
-	return (huge_ok || !seg->huge) && (large || !seg->large_only);
-}
-
 /* Which segments a search looks in: any, those that hold slabs, or those
  * that hold none. */
 enum seg_pick { PICK_ANY, PICK_SLABS, PICK_NO_SLABS };
 
-static bool segment_picked(const struct segment *seg, enum seg_pick pick)
+/* May the segment of s hold a run (of kind large, or of slabs), and does
+ * pick look in it? Any run where huge pages are not, only one that may lie
+ * under them where they are; and only a large run in a segment that holds
+ * large runs only (segment_map). */
+static bool slot_serves(const struct seg_slot *s, bool huge_ok, bool large, enum seg_pick pick)
 {
-	return pick == PICK_ANY || (seg->slab_units != 0) == (pick == PICK_SLABS);
+	return (huge_ok || !s->huge) && (large || !s->large_only) &&
+	       (pick == PICK_ANY || s->slabs == (pick == PICK_SLABS));
 }
 
 /*
  * seg_lock held: the segment and first unit of a free run of n units in a
- * segment that may hold it (segment_serves) and that pick allows, NULL if
+ * segment that may hold it and that pick allows (slot_serves), NULL if
  * none. Committed runs first (reusing them costs no page faults), then,
- * unless dirty_only, the free run with the fewest clean units. Only a
- * search of every segment records its misses (dirty_miss, free_miss).
+ * unless dirty_only, the free run with the fewest clean units. Newest
+ * segment first. A segment whose bound says it has no run that long is
+ * passed by on its index entry alone; one that turns out to have none gets
+ * its bound lowered.
  */
 static struct segment *find_free_run_in(unsigned n, bool huge_ok, bool large, enum seg_pick pick,
 					bool dirty_only, unsigned *first)
 {
-	struct segment *seg, *best = NULL;
+	struct segment *best = NULL;
 	unsigned best_clean = n + 1;
 
-	for (seg = seg_list; seg; seg = seg->next) {
-		if (seg->dirty_units < n || n >= seg->dirty_miss ||
-		    !segment_serves(seg, huge_ok, large) || !segment_picked(seg, pick))
+	for (unsigned i = seg_slots; i--;) {
+		struct seg_slot *s = &seg_index[i];
+
+		if (s->dirty_max < n || !slot_serves(s, huge_ok, large, pick))
 			continue;
-		*first = find_run(seg->dirty_map, n);
+		*first = find_run(s->seg->dirty_map, n);
 		if (*first < SEG_UNITS)
-			return seg;
-		if (pick == PICK_ANY)
-			seg->dirty_miss = (uint16_t)n;
+			return s->seg;
+		s->dirty_max = (uint16_t)(n - 1);
 	}
 	if (dirty_only)
 		return NULL;
-	for (seg = seg_list; seg && best_clean > 1; seg = seg->next) {
+	for (unsigned i = seg_slots; i-- && best_clean > 1;) {
+		struct seg_slot *s = &seg_index[i];
 		unsigned clean, at;
 
-		if (seg->free_units < n || n >= seg->free_miss ||
-		    !segment_serves(seg, huge_ok, large) || !segment_picked(seg, pick))
+		if (s->free_max < n || !slot_serves(s, huge_ok, large, pick))
 			continue;
-		at = find_window(seg, n, &clean);
-		if (at == SEG_UNITS && pick == PICK_ANY)
-			seg->free_miss = (uint16_t)n;
-		if (at < SEG_UNITS && clean < best_clean) {
-			best = seg;
+		at = find_window(s->seg, n, &clean);
+		if (at == SEG_UNITS)
+			s->free_max = (uint16_t)(n - 1);
+		else if (clean < best_clean) {
+			best = s->seg;
 			*first = at;
 			best_clean = clean;
 		}
@@ -543,7 +650,12 @@ struct slab *segment_alloc_units(unsigned n, uint8_t kind, bool huge_ok, bool *z
 		if (fresh) {   /* mapped on the last round: it serves */
 			seg = fresh;
 			fresh = NULL;
-			seg_list_add_new(seg);
+			if (!seg_list_add_new(seg)) {
+				seg_unlock();
+				segment_unmap(seg);
+				errno = ENOMEM;
+				return NULL;
+			}
 			first = SEG_HDR_UNITS;
 			break;
 		}
@@ -557,7 +669,7 @@ struct slab *segment_alloc_units(unsigned n, uint8_t kind, bool huge_ok, bool *z
 	struct slab *head = run_claim(seg, first, n, kind, zeroed);
 
 	if (kind == SLAB_KIND_SLAB)
-		seg->slab_units += n;
+		seg_slab_units_add(seg, (int)n);
 	seg_unlock();
 	if (fresh)   /* raced: someone else made room; keep ours as the reserve */
 		segment_give_back(fresh);
@@ -569,8 +681,13 @@ struct slab *segment_alloc_units(unsigned n, uint8_t kind, bool huge_ok, bool *z
 void segment_give_back(struct segment *seg)
 {
 	seg_lock_take();
-	seg_list_add_new(seg);
+	bool listed = seg_list_add_new(seg);
+
 	seg_unlock();
+	if (!listed) {
+		segment_unmap(seg);
+		return;
+	}
 	segment_release_empty_over((unsigned)option(OPT_RESERVE_SEGMENTS));
 }
 
@@ -583,7 +700,7 @@ static bool __segment_free_units(struct slab *head)
 
 	ASSERT(head->head == head && n >= 1 && first + n <= SEG_UNITS);
 	if (head->kind == SLAB_KIND_SLAB)
-		seg->slab_units -= n;
+		seg_slab_units_add(seg, -(int)n);
 	descs_clear(seg, first, n);
 	units_give(seg, first, n, true);
 	biased_dec_return(&seg->users);
@@ -640,6 +757,7 @@ void segment_release_empty_over(unsigned keep)
 		seg->next = victims;
 		victims = seg;
 	}
+	seg_index_compact();
 	seg_unlock();
 	for (seg = victims; seg; seg = next) {
 		next = seg->next;
@@ -894,15 +1012,29 @@ static long check_run(struct segment *seg, unsigned i, bool (*has_free_check)(co
 	return bad;
 }
 
-/* A miss hint (free_miss, dirty_miss) that says no run of `miss` units is
- * in map must be right: find_free_run skips the segment on its word. */
-static long check_miss(const struct segment *seg, const uint64_t *map, unsigned miss,
-		       const char *what)
+/* A bound (free_max, dirty_max) that says no run in map is longer must be
+ * right: find_free_run passes the segment by on its word. */
+static long check_max(const struct segment *seg, const uint64_t *map, unsigned max,
+		      const char *what)
 {
-	if (miss > SEG_UNITS || find_run(map, miss) == SEG_UNITS)
+	if (max + 1 > SEG_UNITS || find_run(map, max + 1) == SEG_UNITS)
 		return 0;
-	fprintf(stderr, "uslab: segment %p: %s_miss is %u, but a %s run that long is there\n",
-		(const void *)seg, what, miss, what);
+	fprintf(stderr, "uslab: segment %p: %s_max is %u, but a longer %s run is there\n",
+		(const void *)seg, what, max, what);
+	return 1;
+}
+
+/* The segment's index entry: its own, its flags the segment's. */
+static long check_slot(const struct segment *seg)
+{
+	const struct seg_slot *s = seg->slot < seg_slots ? slot_of(seg) : NULL;
+
+	if (s && s->seg == seg && s->huge == seg->huge && s->large_only == seg->large_only &&
+	    s->slabs == (seg->slab_units != 0))
+		return check_max(seg, seg->free_map, s->free_max, "free") +
+		       check_max(seg, seg->dirty_map, s->dirty_max, "dirty");
+	fprintf(stderr, "uslab: segment %p: its search index entry (%u) is not its own\n",
+		(const void *)seg, seg->slot);
 	return 1;
 }
 
@@ -911,12 +1043,14 @@ static long check_miss(const struct segment *seg, const uint64_t *map, unsigned 
  * reads as a zero page would (head NULL, kind FREE, no free-check fields);
  * a run's units all name its head and its later ones are tails; a slab
  * whose objects are malloc's has its free-check fields in every unit,
- * anything else has none; no miss hint says a run is not there that is.
+ * anything else has none; each listed segment has its entry in the search
+ * index, and no bound there says a run is not there that is.
  * Exact when no thread is setting up a slab. Prints each problem; returns
  * how many there were.
  */
 long segment_check_descs(bool (*has_free_check)(const struct slab *head))
 {
+	unsigned listed = 0;
 	long bad = 0;
 
 	seg_lock_take();
@@ -951,8 +1085,13 @@ long segment_check_descs(bool (*has_free_check)(const struct slab *head))
 				(void *)seg, slab_units, seg->slab_units);
 			bad++;
 		}
-		bad += check_miss(seg, seg->free_map, seg->free_miss, "free");
-		bad += check_miss(seg, seg->dirty_map, seg->dirty_miss, "dirty");
+		bad += check_slot(seg);
+		listed++;
+	}
+	if (listed != seg_slots) {
+		fprintf(stderr, "uslab: %u segments listed, %u in the search index\n", listed,
+			seg_slots);
+		bad++;
 	}
 	seg_unlock();
 	return bad;

@@ -111,11 +111,8 @@ struct segment {
 						large runs only (segment_map) */
 	uint16_t slab_units;                 /* units of its slabs in use: which
 						runs it prefers (find_free_run) */
-	/* no free run (free_miss) or dirty run (dirty_miss) of this many units
-	 * or more: the fewest find_free_run looked for in vain since such runs
-	 * last grew (a free); SEG_UNITS + 1 when unknown. Claims only shorten
-	 * runs. Under seg_lock. */
-	uint16_t free_miss, dirty_miss;
+	uint32_t slot;                       /* its entry in the search index
+						(segment.c), under seg_lock */
 	uint64_t free_map[SEG_UNITS / 64];   /* bit set = unit free; under seg_lock */
 	uint64_t dirty_map[SEG_UNITS / 64];  /* free but still committed */
 	uint64_t aged_map[SEG_UNITS / 64];   /* dirty since before the last tick */

@@ -203,17 +203,36 @@ static void seg_list_add(struct segment *seg)
  * many segments"). free_max and dirty_max are upper bounds on the segment's
  * longest free and dirty runs: a freed run raises them to the length of the
  * run it joins, a claim lowers them to the segment's counts, and a search
- * that finds no run of n units there lowers them to n - 1. A segment taken
- * off the list leaves its entry empty (seg NULL, bounds 0) until
- * seg_index_compact. All under seg_lock.
+ * that finds no run of n units there lowers them to n - 1. Each group of
+ * SEG_GROUP entries has bounds over its entries' bounds too, one pair per
+ * kind of segment (which runs it may hold: its flags), raised with theirs
+ * and lowered to their maximum when a search has looked at every entry of
+ * the group; so a search passes by a group whose segments of the kinds it
+ * may use have no run that long, and a heap of thousands of segments costs
+ * it tens of entries, not thousands. A segment taken off the list leaves
+ * its entry empty (seg NULL, bounds 0) until seg_index_compact. All under
+ * seg_lock.
  */
+struct run_bounds {
+	uint16_t free_max, dirty_max;
+};
+enum {
+	KIND_SLABS = 1,        /* holds slabs (slab_units != 0) */
+	KIND_HUGE = 2,         /* the segment's huge: huge_ok runs only */
+	KIND_LARGE_ONLY = 4,   /* the segment's large_only: large runs only */
+	NR_SEG_KINDS = 8
+};
 struct seg_slot {
 	struct segment *seg;
-	uint16_t free_max, dirty_max;
-	bool huge, large_only;   /* the segment's, fixed once it is listed */
-	bool slabs;              /* slab_units != 0 */
+	struct run_bounds b;
+	uint8_t kind;
+};
+#define SEG_GROUP 64
+struct seg_group {
+	struct run_bounds kind[NR_SEG_KINDS];
 };
 static struct seg_slot *seg_index;
+static struct seg_group *seg_groups;   /* seg_slots_cap / SEG_GROUP of them */
 static unsigned seg_slots, seg_slots_cap;
 static bool seg_index_holes;
 
@@ -222,26 +241,45 @@ static struct seg_slot *slot_of(const struct segment *seg)
 	return &seg_index[seg->slot];
 }
 
+/* Entry i's bounds went up, or its kind changed: its group's follow. */
+static void group_raise(unsigned i)
+{
+	const struct seg_slot *s = &seg_index[i];
+	struct run_bounds *g = &seg_groups[i / SEG_GROUP].kind[s->kind];
+
+	if (g->free_max < s->b.free_max)
+		g->free_max = s->b.free_max;
+	if (g->dirty_max < s->b.dirty_max)
+		g->dirty_max = s->b.dirty_max;
+}
+
 /* Room for one more entry; false when no metadata memory is left. */
 static bool seg_index_reserve(void)
 {
 	if (seg_slots < seg_slots_cap)
 		return true;
-	unsigned cap = seg_slots_cap ? seg_slots_cap * 2 : 64;
-	struct seg_slot *tab = meta_alloc(cap * sizeof(*tab));
+	unsigned cap = seg_slots_cap ? seg_slots_cap * 2 : SEG_GROUP;
+	size_t slots_len = cap * sizeof(struct seg_slot);
+	struct seg_slot *tab = meta_alloc(slots_len + cap / SEG_GROUP * sizeof(struct seg_group));
 
 	if (!tab)
 		return false;
+	struct seg_group *groups = (struct seg_group *)(void *)((char *)tab + slots_len);
+
 	if (seg_index) {
 		memcpy(tab, seg_index, seg_slots * sizeof(*tab));
-		meta_free(seg_index, seg_slots_cap * sizeof(*tab));
+		memcpy(groups, seg_groups, seg_slots_cap / SEG_GROUP * sizeof(*groups));
+		meta_free(seg_index, seg_slots_cap * sizeof(struct seg_slot) +
+					     seg_slots_cap / SEG_GROUP * sizeof(struct seg_group));
 	}
 	seg_index = tab;
+	seg_groups = groups;
 	seg_slots_cap = cap;
 	return true;
 }
 
-/* The empty entries go; the others keep their order. */
+/* The empty entries go; the others keep their order; the groups' bounds
+ * are their entries' again. */
 static void seg_index_compact(void)
 {
 	unsigned k = 0;
@@ -256,13 +294,21 @@ static void seg_index_compact(void)
 		k++;
 	}
 	seg_slots = k;
+	memset(seg_groups, 0, seg_slots_cap / SEG_GROUP * sizeof(*seg_groups));
+	for (unsigned i = 0; i < seg_slots; i++)
+		group_raise(i);
 	seg_index_holes = false;
 }
 
 static void seg_slab_units_add(struct segment *seg, int n)
 {
+	struct seg_slot *s = slot_of(seg);
+
 	seg->slab_units = (uint16_t)(seg->slab_units + n);
-	slot_of(seg)->slabs = seg->slab_units != 0;
+	if (!(s->kind & KIND_SLABS) != !seg->slab_units) {
+		s->kind ^= KIND_SLABS;
+		group_raise(seg->slot);
+	}
 }
 
 static void seg_list_del(struct segment *seg)
@@ -285,9 +331,11 @@ static bool seg_list_add_new(struct segment *seg)
 		return false;
 	seg->slot = seg_slots;
 	/* all its free units are one run, and so are its dirty ones */
-	seg_index[seg_slots++] = (struct seg_slot){ seg, (uint16_t)seg->free_units,
-						    (uint16_t)seg->dirty_units, seg->huge,
-						    seg->large_only, false };
+	seg_index[seg_slots] = (struct seg_slot){
+		seg, { (uint16_t)seg->free_units, (uint16_t)seg->dirty_units },
+		(uint8_t)((seg->huge ? KIND_HUGE : 0) | (seg->large_only ? KIND_LARGE_ONLY : 0))
+	};
+	group_raise(seg_slots++);
 	registry_set((uintptr_t)seg, REG_SEGMENT);
 	seg_list_add(seg);
 	nr_empty_segments++;
@@ -370,12 +418,12 @@ void units_take(struct segment *seg, unsigned first, unsigned n, bool *zeroed)
 	set_bits(seg->aged_map, first, n, false);
 	seg->free_units -= n;
 	seg->dirty_units -= dirty;
-	struct seg_slot *s = slot_of(seg);
+	struct run_bounds *b = &slot_of(seg)->b;
 
-	if (s->free_max > seg->free_units)
-		s->free_max = (uint16_t)seg->free_units;
-	if (s->dirty_max > seg->dirty_units)
-		s->dirty_max = (uint16_t)seg->dirty_units;
+	if (b->free_max > seg->free_units)
+		b->free_max = (uint16_t)seg->free_units;
+	if (b->dirty_max > seg->dirty_units)
+		b->dirty_max = (uint16_t)seg->dirty_units;
 	WRITE_ONCE(dirty_free_units, dirty_free_units - dirty);   /* segment_decay peeks */
 	WRITE_ONCE(clean_free_units, clean_free_units - (n - dirty));
 	if (zeroed)
@@ -386,21 +434,22 @@ void units_give(struct segment *seg, unsigned first, unsigned n, bool dirty)
 {
 	for (unsigned i = first; i < first + n; i++)
 		ASSERT(!bit(seg->free_map, i) && !seg->desc[i].head);   /* in use, then cleared */
-	struct seg_slot *s = slot_of(seg);
+	struct run_bounds *b = &slot_of(seg)->b;
 
 	set_bits(seg->free_map, first, n, true);
 	seg->free_units += n;
-	s->free_max = run_around(seg->free_map, first, n, s->free_max);
+	b->free_max = run_around(seg->free_map, first, n, b->free_max);
 	if (dirty) {
 		if (!seg->dirty_units)   /* its decay clock starts with its first */
 			seg->aged_ms = os_now_ms();
 		set_bits(seg->dirty_map, first, n, true);
 		seg->dirty_units += n;
-		s->dirty_max = run_around(seg->dirty_map, first, n, s->dirty_max);
+		b->dirty_max = run_around(seg->dirty_map, first, n, b->dirty_max);
 		WRITE_ONCE(dirty_free_units, dirty_free_units + n);
 	} else {
 		WRITE_ONCE(clean_free_units, clean_free_units + n);
 	}
+	group_raise(seg->slot);
 	if (seg->free_units == SEG_UNITS - SEG_HDR_UNITS)
 		nr_empty_segments++;
 }
@@ -566,19 +615,39 @@ static bool huge_segment_wanted(bool huge_ok)
  * that hold none. */
 enum seg_pick { PICK_ANY, PICK_SLABS, PICK_NO_SLABS };
 
-/* May the segment of s hold a run (of kind large, or of slabs), and does
- * pick look in it? Any run where huge pages are not, only one that may lie
- * under them where they are; and only a large run in a segment that holds
- * large runs only (segment_map). */
-static bool slot_serves(const struct seg_slot *s, bool huge_ok, bool large, enum seg_pick pick)
+/* The kinds of segment (bit k: KIND_ flags k) that may hold a run (of
+ * kind large, or of slabs) and that pick looks in: any run where huge pages
+ * are not, only one that may lie under them where they are; only a large
+ * run in a segment that holds large runs only (segment_map). */
+static unsigned kinds_serving(bool huge_ok, bool large, enum seg_pick pick)
 {
-	return (huge_ok || !s->huge) && (large || !s->large_only) &&
-	       (pick == PICK_ANY || s->slabs == (pick == PICK_SLABS));
+	unsigned mask = 0;
+
+	for (unsigned k = 0; k < NR_SEG_KINDS; k++)
+		if ((huge_ok || !(k & KIND_HUGE)) && (large || !(k & KIND_LARGE_ONLY)) &&
+		    (pick == PICK_ANY || !(k & KIND_SLABS) == (pick == PICK_NO_SLABS)))
+			mask |= 1u << k;
+	return mask;
+}
+
+/* The most any segment of group g of the kinds in mask may have: its
+ * longest dirty run's bound, or its longest free run's. */
+static unsigned group_max(const struct seg_group *g, unsigned mask, bool dirty)
+{
+	unsigned m = 0;
+
+	for (unsigned k = 0; k < NR_SEG_KINDS; k++) {
+		unsigned b = dirty ? g->kind[k].dirty_max : g->kind[k].free_max;
+
+		if ((mask >> k & 1) && b > m)
+			m = b;
+	}
+	return m;
 }
 
 /*
  * seg_lock held: the segment and first unit of a free run of n units in a
- * segment that may hold it and that pick allows (slot_serves), NULL if
+ * segment that may hold it and that pick allows (kinds_serving), NULL if
  * none. Committed runs first (reusing them costs no page faults), then,
  * unless dirty_only, the free run with the fewest clean units. Newest
  * segment first. A segment whose bound says it has no run that long is
@@ -588,35 +657,61 @@ static bool slot_serves(const struct seg_slot *s, bool huge_ok, bool large, enum
 static struct segment *find_free_run_in(unsigned n, bool huge_ok, bool large, enum seg_pick pick,
 					bool dirty_only, unsigned *first)
 {
+	unsigned mask = kinds_serving(huge_ok, large, pick), best_clean = n + 1;
 	struct segment *best = NULL;
-	unsigned best_clean = n + 1;
 
-	for (unsigned i = seg_slots; i--;) {
-		struct seg_slot *s = &seg_index[i];
+	for (unsigned g = round_up(seg_slots, SEG_GROUP) / SEG_GROUP; g--;) {
+		struct seg_group top = { 0 };
 
-		if (s->dirty_max < n || !slot_serves(s, huge_ok, large, pick))
+		if (group_max(&seg_groups[g], mask, true) < n)
 			continue;
-		*first = find_run(s->seg->dirty_map, n);
-		if (*first < SEG_UNITS)
-			return s->seg;
-		s->dirty_max = (uint16_t)(n - 1);
+		for (unsigned i = g * SEG_GROUP + SEG_GROUP; i-- > g * SEG_GROUP;) {
+			struct seg_slot *s = &seg_index[i];
+
+			if (i >= seg_slots)
+				continue;
+			if (s->b.dirty_max >= n && (mask >> s->kind & 1)) {
+				*first = find_run(s->seg->dirty_map, n);
+				if (*first < SEG_UNITS)
+					return s->seg;
+				s->b.dirty_max = (uint16_t)(n - 1);
+			}
+			if (s->b.dirty_max > top.kind[s->kind].dirty_max)
+				top.kind[s->kind].dirty_max = s->b.dirty_max;
+		}
+		for (unsigned k = 0; k < NR_SEG_KINDS; k++)   /* every entry looked at */
+			seg_groups[g].kind[k].dirty_max = top.kind[k].dirty_max;
 	}
 	if (dirty_only)
 		return NULL;
-	for (unsigned i = seg_slots; i-- && best_clean > 1;) {
-		struct seg_slot *s = &seg_index[i];
-		unsigned clean, at;
+	for (unsigned g = round_up(seg_slots, SEG_GROUP) / SEG_GROUP; g-- && best_clean > 1;) {
+		struct seg_group top = { 0 };
+		unsigned i;
 
-		if (s->free_max < n || !slot_serves(s, huge_ok, large, pick))
+		if (group_max(&seg_groups[g], mask, false) < n)
 			continue;
-		at = find_window(s->seg, n, &clean);
-		if (at == SEG_UNITS)
-			s->free_max = (uint16_t)(n - 1);
-		else if (clean < best_clean) {
-			best = s->seg;
-			*first = at;
-			best_clean = clean;
+		for (i = g * SEG_GROUP + SEG_GROUP; i-- > g * SEG_GROUP && best_clean > 1;) {
+			struct seg_slot *s = &seg_index[i];
+			unsigned clean, at;
+
+			if (i >= seg_slots)
+				continue;
+			if (s->b.free_max >= n && (mask >> s->kind & 1)) {
+				at = find_window(s->seg, n, &clean);
+				if (at == SEG_UNITS) {
+					s->b.free_max = (uint16_t)(n - 1);
+				} else if (clean < best_clean) {
+					best = s->seg;
+					*first = at;
+					best_clean = clean;
+				}
+			}
+			if (s->b.free_max > top.kind[s->kind].free_max)
+				top.kind[s->kind].free_max = s->b.free_max;
 		}
+		if (i == g * SEG_GROUP - 1u)   /* every entry looked at */
+			for (unsigned k = 0; k < NR_SEG_KINDS; k++)
+				seg_groups[g].kind[k].free_max = top.kind[k].free_max;
 	}
 	return best;
 }
@@ -1029,10 +1124,14 @@ static long check_slot(const struct segment *seg)
 {
 	const struct seg_slot *s = seg->slot < seg_slots ? slot_of(seg) : NULL;
 
-	if (s && s->seg == seg && s->huge == seg->huge && s->large_only == seg->large_only &&
-	    s->slabs == (seg->slab_units != 0))
-		return check_max(seg, seg->free_map, s->free_max, "free") +
-		       check_max(seg, seg->dirty_map, s->dirty_max, "dirty");
+	unsigned kind = (seg->slab_units ? KIND_SLABS : 0) | (seg->huge ? KIND_HUGE : 0) |
+			(seg->large_only ? KIND_LARGE_ONLY : 0);
+	const struct run_bounds *g = s ? &seg_groups[seg->slot / SEG_GROUP].kind[kind] : NULL;
+
+	if (s && s->seg == seg && s->kind == kind && g->free_max >= s->b.free_max &&
+	    g->dirty_max >= s->b.dirty_max)
+		return check_max(seg, seg->free_map, s->b.free_max, "free") +
+		       check_max(seg, seg->dirty_map, s->b.dirty_max, "dirty");
 	fprintf(stderr, "uslab: segment %p: its search index entry (%u) is not its own\n",
 		(const void *)seg, seg->slot);
 	return 1;

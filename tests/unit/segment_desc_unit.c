@@ -5,7 +5,8 @@
  * free-check fields in every unit) and cleared when its units go back, and
  * malloc's free takes an object in any unit of its slab. A slab goes to a
  * segment that holds slabs, a large run to one that holds none, where
- * both have room.
+ * both have room. In a heap of hundreds of segments the search index
+ * (its bounds per segment and per group of segments) hides no free run.
  * A fresh process: the first test sees the program's first segment. */
 #include "test.h"
 #include "kmalloc_check.h"
@@ -219,11 +220,56 @@ static void check_slabs_apart(void)
 	CHECK_EQ(kmalloc_validate_all(), 0);
 }
 
+/* A heap of more segments than three groups of the search index: runs of
+ * more than half a segment, one per segment. Every other one freed, the
+ * same number asked for again are all served by the dirty runs they left,
+ * wherever the search's groups put them (a bound set too low would hide
+ * one, and a segment would be mapped for it); every other one of those
+ * freed, then the rest: the index stays right through the compaction of
+ * all of them leaving. */
+static void check_many_segments(void)
+{
+	enum { SEGS = 200, UNITS = 200 };
+	static struct slab *run[SEGS];
+
+	for (unsigned i = 0; i < SEGS; i++)
+		REQUIRE((run[i] = segment_alloc_units(UNITS, SLAB_KIND_LARGE, false, NULL)));
+	CHECK_EQ(kmalloc_validate_all(), 0);
+	size_t mapped = segment_mapped_bytes();
+
+	for (unsigned i = 0; i < SEGS; i += 2)
+		segment_free_units(run[i]);
+	CHECK_EQ(kmalloc_validate_all(), 0);
+	for (unsigned i = 0; i < SEGS; i += 2) {
+		bool zeroed = true;
+
+		REQUIRE((run[i] = segment_alloc_units(UNITS, SLAB_KIND_LARGE, false, &zeroed)));
+		CHECK(!zeroed);   /* a freed run's committed units */
+	}
+	CHECK_EQ(segment_mapped_bytes(), mapped);
+	CHECK_EQ(kmalloc_validate_all(), 0);
+	for (unsigned i = 1; i < SEGS; i += 2)
+		segment_free_units(run[i]);
+	CHECK_EQ(kmalloc_validate_all(), 0);
+	for (unsigned i = 0; i < SEGS; i += 2)
+		segment_free_units(run[i]);
+	uslab_trim();
+	CHECK(segment_mapped_bytes() + (size_t)SEGS / 2 * SEG_SIZE <= mapped);
+	CHECK_EQ(kmalloc_validate_all(), 0);
+	/* the compacted index serves as before */
+	struct slab *again = segment_alloc_units(UNITS, SLAB_KIND_LARGE, false, NULL);
+
+	REQUIRE(again);
+	CHECK_EQ(kmalloc_validate_all(), 0);
+	segment_free_units(again);
+}
+
 int main(void)
 {
 	check_fresh_segment_pages();
 	check_tail_unit_objects();
 	check_run_descriptors();
 	check_slabs_apart();
+	check_many_segments();
 	return test_done("segment_desc_unit");
 }

@@ -621,13 +621,10 @@ enum seg_pick { PICK_ANY, PICK_SLABS, PICK_NO_SLABS };
  * run in a segment that holds large runs only (segment_map). */
 static unsigned kinds_serving(bool huge_ok, bool large, enum seg_pick pick)
 {
-	unsigned mask = 0;
-
-	for (unsigned k = 0; k < NR_SEG_KINDS; k++)
-		if ((huge_ok || !(k & KIND_HUGE)) && (large || !(k & KIND_LARGE_ONLY)) &&
-		    (pick == PICK_ANY || !(k & KIND_SLABS) == (pick == PICK_NO_SLABS)))
-			mask |= 1u << k;
-	return mask;
+	/* the kinds without KIND_HUGE: 0, 1, 4, 5; without KIND_LARGE_ONLY:
+	 * 0 to 3; with KIND_SLABS: the odd ones */
+	return (huge_ok ? 0xffu : 0x33u) & (large ? 0xffu : 0x0fu) &
+	       (pick == PICK_ANY ? 0xffu : pick == PICK_SLABS ? 0xaau : 0x55u);
 }
 
 /* The most any segment of group g of the kinds in mask may have: its
@@ -636,13 +633,21 @@ static unsigned group_max(const struct seg_group *g, unsigned mask, bool dirty)
 {
 	unsigned m = 0;
 
-	for (unsigned k = 0; k < NR_SEG_KINDS; k++) {
-		unsigned b = dirty ? g->kind[k].dirty_max : g->kind[k].free_max;
+	for (; mask; mask &= mask - 1) {
+		const struct run_bounds *b = &g->kind[__builtin_ctz(mask)];
+		unsigned v = dirty ? b->dirty_max : b->free_max;
 
-		if ((mask >> k & 1) && b > m)
-			m = b;
+		if (v > m)
+			m = v;
 	}
 	return m;
+}
+
+/* The entries of group g: [*lo, return). */
+static unsigned group_end(unsigned g, unsigned *lo)
+{
+	*lo = g * SEG_GROUP;
+	return *lo + SEG_GROUP < seg_slots ? *lo + SEG_GROUP : seg_slots;
 }
 
 /*
@@ -663,13 +668,13 @@ static struct segment *find_free_run_in(unsigned n, bool huge_ok, bool large, en
 	for (unsigned g = round_up(seg_slots, SEG_GROUP) / SEG_GROUP; g--;) {
 		struct seg_group top = { 0 };
 
+		unsigned lo;
+
 		if (group_max(&seg_groups[g], mask, true) < n)
 			continue;
-		for (unsigned i = g * SEG_GROUP + SEG_GROUP; i-- > g * SEG_GROUP;) {
+		for (unsigned i = group_end(g, &lo); i-- > lo;) {
 			struct seg_slot *s = &seg_index[i];
 
-			if (i >= seg_slots)
-				continue;
 			if (s->b.dirty_max >= n && (mask >> s->kind & 1)) {
 				*first = find_run(s->seg->dirty_map, n);
 				if (*first < SEG_UNITS)
@@ -686,16 +691,14 @@ static struct segment *find_free_run_in(unsigned n, bool huge_ok, bool large, en
 		return NULL;
 	for (unsigned g = round_up(seg_slots, SEG_GROUP) / SEG_GROUP; g-- && best_clean > 1;) {
 		struct seg_group top = { 0 };
-		unsigned i;
+		unsigned i, lo;
 
 		if (group_max(&seg_groups[g], mask, false) < n)
 			continue;
-		for (i = g * SEG_GROUP + SEG_GROUP; i-- > g * SEG_GROUP && best_clean > 1;) {
+		for (i = group_end(g, &lo); i-- > lo && best_clean > 1;) {
 			struct seg_slot *s = &seg_index[i];
 			unsigned clean, at;
 
-			if (i >= seg_slots)
-				continue;
 			if (s->b.free_max >= n && (mask >> s->kind & 1)) {
 				at = find_window(s->seg, n, &clean);
 				if (at == SEG_UNITS) {
@@ -709,7 +712,7 @@ static struct segment *find_free_run_in(unsigned n, bool huge_ok, bool large, en
 			if (s->b.free_max > top.kind[s->kind].free_max)
 				top.kind[s->kind].free_max = s->b.free_max;
 		}
-		if (i == g * SEG_GROUP - 1u)   /* every entry looked at */
+		if (i == lo - 1u)   /* every entry looked at */
 			for (unsigned k = 0; k < NR_SEG_KINDS; k++)
 				seg_groups[g].kind[k].free_max = top.kind[k].free_max;
 	}

@@ -395,18 +395,20 @@ void *kmalloc_aligned(size_t align, size_t n)
 	return malloc_large_or_huge(n, align, NULL);
 }
 
-/* The class kmalloc_aligned serves align, n from: the first class >= n
- * whose size is a multiple of align; NR_CLASSES: none (a large or huge
- * block). */
+/* The class kmalloc_aligned serves align (a power of two), n from: the
+ * first class >= n whose size is a multiple of align; NR_CLASSES: none (a
+ * large or huge block). */
 unsigned kmalloc_aligned_class(size_t align, size_t n)
 {
 	size_t want = n > align ? n : align;
 
+	ASSERT(align && !(align & (align - 1)));
 	/* slabs start on unit boundaries, so a class that is a multiple of
-	 * align (<= UNIT_SIZE) puts every object on an align boundary */
+	 * align (<= UNIT_SIZE) puts every object on an align boundary; a mask,
+	 * not %, which is a division on every class tried */
 	if (want <= SMALL_MAX && align <= UNIT_SIZE) {
 		for (unsigned c = size_class(want); c < NR_CLASSES; c++)
-			if (!(kmalloc_class_size[c] % align))
+			if (!(kmalloc_class_size[c] & (align - 1)))
 				return c;
 	}
 	return NR_CLASSES;

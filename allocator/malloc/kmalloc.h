@@ -139,7 +139,8 @@ void kmalloc_divert_stray(bool (*hook)(void *, const char *));
 /* Tell hook (NULL: nobody) of every large or huge block free is about to
  * give back (the block is one; a huge block's double free may ask too). */
 void kmalloc_divert_gone(void (*hook)(void *));
-unsigned kmalloc_aligned_class(size_t align, size_t n);   /* NR_CLASSES: not small */
+unsigned kmalloc_aligned_class(size_t align, size_t n);   /* align a power of two;
+							  NR_CLASSES: not small */
 extern bool kmalloc_startup;                  /* the start-up classes serve (classes.c) */
 void kmalloc_startup_end(void);               /* ... no longer */
 

@@ -667,7 +667,6 @@ static struct segment *find_free_run_in(unsigned n, bool huge_ok, bool large, en
 
 	for (unsigned g = round_up(seg_slots, SEG_GROUP) / SEG_GROUP; g--;) {
 		struct seg_group top = { 0 };
-
 		unsigned lo;
 
 		if (group_max(&seg_groups[g], mask, true) < n)

@@ -241,6 +241,13 @@ static struct seg_slot *slot_of(const struct segment *seg)
 	return &seg_index[seg->slot];
 }
 
+/* Its kind, as its entry must say it. */
+static uint8_t seg_kind(const struct segment *seg)
+{
+	return (uint8_t)((seg->slab_units ? KIND_SLABS : 0) | (seg->huge ? KIND_HUGE : 0) |
+			 (seg->large_only ? KIND_LARGE_ONLY : 0));
+}
+
 /* Entry i's bounds went up, or its kind changed: its group's follow. */
 static void group_raise(unsigned i)
 {
@@ -305,8 +312,8 @@ static void seg_slab_units_add(struct segment *seg, int n)
 	struct seg_slot *s = slot_of(seg);
 
 	seg->slab_units = (uint16_t)(seg->slab_units + n);
-	if (!(s->kind & KIND_SLABS) != !seg->slab_units) {
-		s->kind ^= KIND_SLABS;
+	if (s->kind != seg_kind(seg)) {
+		s->kind = seg_kind(seg);
 		group_raise(seg->slot);
 	}
 }
@@ -332,8 +339,7 @@ static bool seg_list_add_new(struct segment *seg)
 	seg->slot = seg_slots;
 	/* all its free units are one run, and so are its dirty ones */
 	seg_index[seg_slots] = (struct seg_slot){
-		seg, { (uint16_t)seg->free_units, (uint16_t)seg->dirty_units },
-		(uint8_t)((seg->huge ? KIND_HUGE : 0) | (seg->large_only ? KIND_LARGE_ONLY : 0))
+		seg, { (uint16_t)seg->free_units, (uint16_t)seg->dirty_units }, seg_kind(seg)
 	};
 	group_raise(seg_slots++);
 	registry_set((uintptr_t)seg, REG_SEGMENT);
@@ -1126,8 +1132,7 @@ static long check_slot(const struct segment *seg)
 {
 	const struct seg_slot *s = seg->slot < seg_slots ? slot_of(seg) : NULL;
 
-	unsigned kind = (seg->slab_units ? KIND_SLABS : 0) | (seg->huge ? KIND_HUGE : 0) |
-			(seg->large_only ? KIND_LARGE_ONLY : 0);
+	uint8_t kind = seg_kind(seg);
 	const struct run_bounds *g = s ? &seg_groups[seg->slot / SEG_GROUP].kind[kind] : NULL;
 
 	if (s && s->seg == seg && s->kind == kind && g->free_max >= s->b.free_max &&

@@ -326,10 +326,17 @@ static uint32_t cache_geometry(struct uslab_cache *s, size_t size, size_t align,
 	s->stride = (uint32_t)round_up(slot, align);
 	uint32_t objects = calculate_units(s);
 	object_index_magic(s->stride, objects, &s->obj_magic, &s->obj_limit);
+	/* 64 KiB of objects, 16 to 1024 of them, and at most FOREIGN_BYTES_MAX */
 	s->foreign_max = (64u << 10) / s->stride;
 	s->foreign_max = s->foreign_max < 16 ? 16 : s->foreign_max > 1024 ? 1024 : s->foreign_max;
+	if ((size_t)s->foreign_max * s->stride > FOREIGN_BYTES_MAX)
+		s->foreign_max = (unsigned)(FOREIGN_BYTES_MAX / s->stride) ?: 1;
+	/* 5 to 10 empty slabs, the bigger objects the more, and at most
+	 * MIN_PARTIAL_BYTES of them (at least one) */
 	s->min_partial = ilog2(s->stride) / 2;
 	s->min_partial = s->min_partial < 5 ? 5 : s->min_partial > 10 ? 10 : s->min_partial;
+	if (((size_t)s->min_partial * s->units << UNIT_SHIFT) > MIN_PARTIAL_BYTES)
+		s->min_partial = (unsigned)(MIN_PARTIAL_BYTES >> UNIT_SHIFT) / s->units ?: 1;
 	/* 512 KiB of slabs, 2 to 32 of them: a thread keeps the slabs that hold
 	 * what it allocated (docs/ownership.md) */
 	s->cpu_partial = option(OPT_CPU_PARTIAL) > 0 ? (unsigned)option(OPT_CPU_PARTIAL) :

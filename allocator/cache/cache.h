@@ -34,6 +34,12 @@
  * (api.c; USLAB_CPU_PARTIAL sets a count instead, at most CPU_PARTIAL_MAX) */
 #define CPU_PARTIAL_BYTES (512ul << 10)
 #define CPU_PARTIAL_MAX   4096
+/* foreign objects a thread may keep of a cache, at most, in bytes (cpu.c,
+ * flush_foreign; the bound matters above 32 KiB objects) */
+#define FOREIGN_BYTES_MAX (512ul << 10)
+/* empty slabs a cache keeps on its partial list, at most, in bytes (slab.h,
+ * min_partial; the bound matters for slabs above 128 KiB) */
+#define MIN_PARTIAL_BYTES (1ul << 20)
 
 /* How many of s's slabs make `bytes`, 2 to 32 of them (a cpu-partial bound). */
 static inline unsigned cpu_partial_slabs(const struct uslab_cache *s, size_t bytes)

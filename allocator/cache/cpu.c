@@ -203,14 +203,19 @@ void cpu_local_push(struct uslab_cache *s, struct cpu_slab *c, struct slab *slab
 
 static unsigned cold_refill_objects(const struct uslab_cache *s);
 
-/* The foreign objects a thread may keep for reuse: a few until it has
- * refilled the class (a thread that only frees it, a consumer, reuses
- * none: a full budget in each of 40 classes held megabytes per thread in
- * `oversubscribed`), then foreign_max. */
+/* The foreign objects a thread may keep for reuse: a page's worth until it
+ * has refilled the class, none of a class whose objects are bigger (a
+ * thread that only frees it, a consumer, reuses none: a full budget in each
+ * of 40 classes held megabytes per thread in `oversubscribed`, and one
+ * object of each class above 32 KiB still 30 MiB in all at 128 threads),
+ * then foreign_max. */
 static uint16_t foreign_budget(const struct uslab_cache *s)
 {
-	if (s->id < STATIC_IDS && !tls_heap->k_refilled[s->id])
-		return (uint16_t)cold_refill_objects(s);
+	if (s->id < STATIC_IDS && !tls_heap->k_refilled[s->id]) {
+		unsigned n = (unsigned)(os_page_size() / s->stride);
+
+		return (uint16_t)(n > COLD_REFILL_MAX ? COLD_REFILL_MAX : n);
+	}
 	return s->foreign_max;
 }
 
@@ -886,8 +891,14 @@ void slab_free_cached(struct uslab_cache *s, struct slab *slab, void *obj)
 	}
 	if (unlikely(obj == c->freelist))
 		uslab_fatal(cache_free_call(s), obj, "double free");
-	if (!c->foreign_left)   /* budget spent, or a new cpu slab */
+	if (!c->foreign_left) {   /* budget spent, or a new cpu slab */
 		flush_foreign(s, c, NULL);
+		if (!c->foreign_left) {   /* this thread keeps none of s's */
+			stat_add(s, STAT_FREE_REMOTE, 1);
+			slab_free_chain(s, c, slab, obj, obj, 1);
+			return;
+		}
+	}
 	c->foreign_left--;
 	uslab_cpu_link_(cpu_fast(c), obj, s->fp_offset, fp_key_get());
 	cpu_cached_add(c, 1);

@@ -10,14 +10,14 @@
  * calls), its header page and a page of the segment registry: some 15 first
  * touches of pages more than glibc's dense heap, and first touches are what
  * a short program's time goes to (docs/malloc.md). Until the arena is used up, malloc's slow path serves
- * requests up to 64 KiB here instead: blocks of the class size (above the
- * small classes, whole 4 KiB pages) cut one after another from ARENA_SIZE
- * bytes of .bss (zero pages; only what is cut is ever touched). A freed
+ * requests of classes up to ARENA_BLOCK_MAX (64 KiB) here instead: blocks
+ * of the class size cut one after another from ARENA_SIZE bytes of .bss
+ * (zero pages; only what is cut is ever touched). A freed
  * block goes on a free list of its code, from which the next request of
  * that code - or of one of the three below it, if the block is at most
  * twice their size - takes it; the last block cut is uncut instead, so a
  * temporary block costs nothing. The arena ends, for good, at the first
- * request it cannot serve, after ARENA_ALLOCS_MAX blocks (a program
+ * request of its sizes it cannot serve, after ARENA_ALLOCS_MAX blocks (a program
  * cycling a few blocks would otherwise stay on the slow path), or at the
  * first request of a second thread; from then on
  * requests go to the classes, and blocks still in the arena are freed into
@@ -49,14 +49,12 @@
 #define ARENA_ALLOCS_MAX 16384
 #define ARENA_REUSE_UP   3      /* a freed block serves up to 3 codes below it */
 #define ARENA_LIVE       0x80u
-/* block codes: a small class cls is cls + 1; a large block of k 4 KiB
- * pages (k <= ARENA_LARGE_PAGES) is ARENA_LARGE_CODE + k */
-#define ARENA_LARGE_CODE  64u
-#define ARENA_LARGE_PAGES 16u
+#define ARENA_BLOCK_MAX  (64u << 10)   /* its largest class: a quarter of it */
 #define ARENA_PAGE        4096u
 
-/* arena[] and arena_map[] are in layout.c, with the other big arrays */
-static void *arena_free_list[ARENA_LARGE_CODE + ARENA_LARGE_PAGES + 1];   /* by block code */
+/* arena[] and arena_map[] are in layout.c, with the other big arrays. A
+ * block's code is its class + 1 (0: no block starts at the granule). */
+static void *arena_free_list[NR_CLASSES + 1];   /* by block code */
 static uint32_t arena_cut;          /* bytes cut so far: blocks are below */
 static uint32_t arena_stale;        /* past arena_cut, below it: codes of uncut blocks */
 static uint32_t arena_allocs;       /* blocks handed out, reuse included */
@@ -68,14 +66,11 @@ static mutex_t arena_lock = MUTEX_INIT;
 FORK_LOCK(arena_lock, RANK_ARENA);
 bool kmalloc_arena_on = true;       /* read without the lock: it only goes off */
 
-_Static_assert(NR_CLASSES < ARENA_LARGE_CODE, "small codes below the large ones");
-_Static_assert(ARENA_LARGE_CODE + ARENA_LARGE_PAGES < ARENA_LIVE, "codes fit beside the live bit");
-_Static_assert(ARENA_LARGE_PAGES * ARENA_PAGE > SMALL_MAX, "large codes start above the classes");
+_Static_assert(NR_CLASSES < ARENA_LIVE, "codes fit beside the live bit");
 
 static uint32_t code_size(unsigned code)
 {
-	return code > ARENA_LARGE_CODE ? (code - ARENA_LARGE_CODE) * ARENA_PAGE
-				       : kmalloc_class_size[code - 1];
+	return kmalloc_class_size[code - 1];
 }
 
 bool arena_owns(const void *p)
@@ -108,17 +103,15 @@ static uint32_t code_take(unsigned code)
 }
 
 /* arena_lock held: a freed block for a request of code, taken off a free
- * list: its own, else one of the next ARENA_REUSE_UP codes of the same kind
- * whose blocks are at most twice the size (their usable size is theirs).
+ * list: its own, else one of the next ARENA_REUSE_UP codes whose blocks are
+ * at most twice the size (their usable size is theirs).
  * *bcode is the block's code; NULL if none. */
 static void *reuse_locked(unsigned code, unsigned *bcode)
 {
 	unsigned last = code + ARENA_REUSE_UP;
 
-	if (code < ARENA_LARGE_CODE && last > NR_CLASSES)   /* codes 1..NR_CLASSES */
+	if (last > NR_CLASSES)   /* codes 1..NR_CLASSES */
 		last = NR_CLASSES;
-	if (code > ARENA_LARGE_CODE && last > ARENA_LARGE_CODE + ARENA_LARGE_PAGES)
-		last = ARENA_LARGE_CODE + ARENA_LARGE_PAGES;
 	for (unsigned c = code; c <= last && code_size(c) <= 2 * code_size(code); c++) {
 		void *p = arena_free_list[c];
 
@@ -238,20 +231,13 @@ out:
 	return p;
 }
 
-/* A block of small class cls, or NULL once the arena has ended (the caller
- * then uses the class). */
+/* A block of small class cls, or NULL once the arena has ended or for a
+ * class above ARENA_BLOCK_MAX (the caller then uses the class). */
 void *arena_alloc(unsigned cls)
 {
-	return arena_take(cls + 1);
-}
-
-/* malloc(n) above the small classes, up to 64 KiB, in whole 4 KiB pages (a
- * program's first I/O buffer); NULL if larger, or once the arena ended. */
-void *arena_alloc_large(size_t n)
-{
-	if (n > ARENA_LARGE_PAGES * ARENA_PAGE)
+	if (kmalloc_class_size[cls] > ARENA_BLOCK_MAX)
 		return NULL;
-	return arena_take(ARENA_LARGE_CODE + (unsigned)((n + ARENA_PAGE - 1) / ARENA_PAGE));
+	return arena_take(cls + 1);
 }
 
 /* arena_lock held: p's block code, after checking that p is a block's start

@@ -79,16 +79,8 @@ void *malloc_large_or_huge(size_t n, size_t align, bool *zeroed)
 	}
 	if (!n)   /* aligned_alloc(64 KiB, 0): a block of its own, as malloc(0) */
 		n = 1;
-	if (n <= LARGE_MAX && align <= UNIT_SIZE) {
-		void *p;
-		/* a plain malloc (no alignment) may come from the start-up arena */
-		if (unlikely(READ_ONCE(kmalloc_arena_on)) && !align && (p = arena_alloc_large(n))) {
-			if (zeroed)
-				*zeroed = false;
-			return p;
-		}
+	if (n <= LARGE_MAX && align <= UNIT_SIZE)
 		return large_alloc(units_of(n), zeroed);
-	}
 	/* calloc (zeroed) gets no huge pages: a big zeroed table is often
 	 * touched here and there, and a 4 KiB page costs only where it is */
 	bool z = false;
@@ -298,11 +290,13 @@ size_t kmalloc_usable_size(const void *p, const char *call)
 	if (!p)
 		return 0;
 	kmalloc_block(p, &b, call);
-	if (likely(b.size))
+	/* a slab's object freed already has the free mark (an arena block's
+	 * map tells it, in arena_usable_size) */
+	if (likely(b.size) && !(b.small && !arena_owns(p) && free_marked(p)))
 		return b.size;
 	struct slab *slab = ptr_to_slab(p);
-	if (slab && slab->kind == SLAB_KIND_TAIL && (uintptr_t)p == slab->base)
-		free_freed(p, call);   /* a freed run, kept */
+	if (b.size || (slab && slab->kind == SLAB_KIND_TAIL && (uintptr_t)p == slab->base))
+		free_freed(p, call);   /* a freed object, or a freed run kept */
 	if (!slab && huge_was_freed(p))
 		free_freed(p, call);
 	free_invalid(p, call);
@@ -349,20 +343,43 @@ static void *large_resize(void *p, struct slab *slab, size_t n)
 }
 
 /*
+ * Small block p (size bytes) grown to n bytes, past GROW_RUN_MIN: moved to
+ * a large run rather than to the next class. A block grown once is likely
+ * to grow again, and a run grows in place while the units after it are
+ * free (large_resize), where each class boundary up to SMALL_MAX would be
+ * a copy (eight of them from 32 to 128 KiB). NULL: no memory, p unchanged.
+ */
+static void *small_to_run(void *p, size_t size, size_t n)
+{
+	void *q = large_alloc(units_of(n), NULL);
+
+	if (q) {
+		memcpy(q, p, size);
+		kfree_direct(p, "realloc");
+	}
+	return q;
+}
+
+/*
  * Resize block b at p (kmalloc_block) where it allows it: the same small
- * class range, a large run (large_resize: in place,
- * or moved with room to grow), or a huge mapping that mremap can resize
- * (moving it if needed). Returns the (possibly moved) block, or NULL when
- * the caller must allocate and copy.
+ * class range, a large run (large_resize: in place, or moved with room to
+ * grow; a small block grown past GROW_RUN_MIN becomes one), or a huge
+ * mapping that mremap can resize (moving it if needed). Returns the
+ * (possibly moved) block, or NULL when the caller must allocate and copy.
  */
 void *kmalloc_resize_block(void *p, const struct kblock *b, size_t n)
 {
+	bool runs = n > GROW_RUN_MIN && n <= LARGE_MAX;
+
 	/* a small block (slab object or arena block): in place while it fits
 	 * and would not fit in half */
-	if (b->small)
-		return n <= b->size && (n > b->size / 2 || b->size <= 16) ? p : NULL;
+	if (b->small) {
+		if (n <= b->size)
+			return n > b->size / 2 || b->size <= 16 ? p : NULL;
+		return runs ? small_to_run(p, b->size, n) : NULL;
+	}
 	if (b->run)
-		return n > SMALL_MAX && n <= LARGE_MAX ? large_resize(p, b->run, n) : NULL;
+		return runs ? large_resize(p, b->run, n) : NULL;
 	return n > LARGE_MAX ? huge_resize(p, n) : NULL;
 }
 

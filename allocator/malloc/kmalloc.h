@@ -5,15 +5,18 @@
  *
  * Three block kinds, all found from a pointer by one lookup:
  *   small  <= SMALL_MAX       an object of one of NR_CLASSES static caches
- *   large  <= LARGE_MAX       a run of 16 KiB units inside a segment
+ *   large  <= LARGE_MAX       a run of 16 KiB units inside a segment (from
+ *                             GROW_RUN_MIN up when realloc grew the block)
  *   huge   >  LARGE_MAX       its own mapping, tracked in the huge table
  *                             (also: alignment > 16 KiB beyond small sizes)
  *
  * Classes: 16, 32, 48, 64, 80, 96, 112, 128, then four per doubling
- * (160, 192, 224, 256, 320, ...) up to 32 KiB, plus 2^k + 2^k/8 for
+ * (160, 192, 224, 256, 320, ...) up to 128 KiB, plus 2^k + 2^k/8 for
  * 1 KiB <= 2^k <= 16 KiB (1152, 2304, ... 18432: a power of two and a small
- * header, 4104 say, would waste 20-25 % of the next class): 45 classes, at
- * most 25 % internal waste above 128 bytes. Every class is a multiple of 16,
+ * header, 4104 say, would waste 20-25 % of the next class): 53 classes, at
+ * most 25 % internal waste above 128 bytes. The classes above 32 KiB keep a
+ * block's pages where blocks of its size were before (a run cut from free
+ * units would not: docs/large.md, "Mid-size blocks"). Every class is a multiple of 16,
  * so every block is aligned to 16 (max_align_t, as glibc's), and every
  * object has a second word: a freed block keeps the double-free mark there
  * (kfree). No 8-byte class: glibc spends 32 bytes on malloc(8).
@@ -27,19 +30,22 @@ _Static_assert(sizeof(struct cpu_slab) == 1 << 6, "CPU_SLAB_SHIFT");
 
 #pragma GCC visibility push(hidden)
 
-#define SMALL_MAX   (32u << 10)
+#define SMALL_MAX   (128u << 10)
 #define LARGE_MAX   (2ul << 20)
-#define NR_CLASSES  45
+/* a block realloc grows past this is a large run, though a class would
+ * hold it (kmalloc.c, small_to_run) */
+#define GROW_RUN_MIN (32u << 10)
+#define NR_CLASSES  53
 _Static_assert(NR_CLASSES <= NEVER_USED_ID, "the never-used cpu slab is no class's");
 
 /*
  * The static caches, stored start-up classes first (the power-of-two ones,
- * 16 B ... 32 KiB, in size order; then the others): a short-lived program
+ * 16 B ... 128 KiB, in size order; then the others): a short-lived program
  * uses mostly those, so their setup writes, and a fork's lock and unlock of
  * their list_locks copies, one or two pages rather than five.
  * kmalloc_slot[class] is a class's place, kmalloc_slot_class[] the inverse.
  */
-#define NR_STARTUP_CLASSES 12
+#define NR_STARTUP_CLASSES 14
 
 /* The static caches and the word of which are set up (layout.c). */
 struct kmalloc_statics {
@@ -150,8 +156,8 @@ void kmalloc_startup_end(void);               /* ... no longer */
 extern char arena[ARENA_SIZE];
 extern uint8_t arena_map[ARENA_SIZE / ARENA_GRAN];   /* a byte per granule */
 extern bool kmalloc_arena_on;
-void *arena_alloc(unsigned cls);              /* NULL once it has ended */
-void *arena_alloc_large(size_t n);            /* up to 64 KiB; NULL likewise */
+void *arena_alloc(unsigned cls);              /* NULL once it has ended, or
+						 above its classes */
 bool arena_owns(const void *p);
 void arena_free(void *p, const char *call);
 size_t arena_usable_size(const void *p, const char *call);

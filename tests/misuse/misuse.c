@@ -974,7 +974,7 @@ static const struct misuse_case cases[] = {
 	  KW("silent"), false,
 	  DEBUG("silent") },
 	{ "uaf_link_large", case_uaf_link_large,
-	  "free(p); *(void **)p = &target; malloc, 100 KiB", "silent", NULL, false,
+	  "free(p); *(void **)p = &target; malloc, 100 KiB", "abort: corrupted free list", NULL, false,
 	  DEBUG("silent") },
 	/* overflows */
 	{ "overflow_1", case_overflow_1, "1 byte past a block into a live neighbour", "abort",

@@ -22,7 +22,7 @@ echo "LD_PRELOAD=$USLAB_LIB, python $PY"
 # idle from then on.
 IDLE='
 import sys, time
-big = [bytearray(100000) for i in range(100)]
+big = [bytearray(200000) for i in range(100)]
 small = [str(i) * 3 for i in range(50000)]
 print("ready", flush=True)
 time.sleep(float(sys.argv[1]))
@@ -66,7 +66,7 @@ d = json.load(open(sys.argv[1]))
 assert d["report"] == "signal", d.get("report")
 assert d["pid"] == int(sys.argv[2]), d["pid"]
 assert d["large_blocks"] >= 100, d["large_blocks"]
-assert d["large_bytes"] >= 100 * 100000, d["large_bytes"]
+assert d["large_bytes"] >= 100 * 200000, d["large_bytes"]
 parts = ("objects_bytes", "cached_bytes", "slab_free_bytes", "large_bytes", "large_kept_bytes", "huge_bytes",
          "huge_cached_bytes", "startup_arena_cut_bytes", "dirty_bytes", "segment_header_bytes",
          "metadata_bytes")

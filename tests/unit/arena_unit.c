@@ -82,7 +82,7 @@ static void check_api(void)
 	CHECK(test_all_zero(c, 256));
 	uslab_free(c);
 
-	/* above the classes, up to 64 KiB: whole 4 KiB pages in the arena */
+	/* classes up to 64 KiB come from the arena too */
 	char *big = uslab_malloc(40000);
 	REQUIRE(big);
 	CHECK(arena_owns(big));
@@ -91,9 +91,9 @@ static void check_api(void)
 	CHECK(uslab_realloc(big, 30000) == big);     /* more than half: in place */
 	CHECK(test_intact(big, 40960));
 	uslab_free(big);
-	char *huge = uslab_malloc(70000);            /* above 64 KiB: a large run */
+	char *huge = uslab_malloc(70000);            /* above 64 KiB: the class */
 	REQUIRE(huge);
-	CHECK(!arena_owns(huge));
+	CHECK(!arena_owns(huge) && ptr_to_slab(huge) && ptr_to_slab(huge)->kind == SLAB_KIND_SLAB);
 	uslab_free(huge);
 
 	/* alignment above 16: never the arena (its granule is 16) */
@@ -197,8 +197,10 @@ static void check_misuse(void)
 	CHECK_EQ(kmalloc_validate_all(), 0);
 }
 
-/* In a child: 64 KiB blocks until the arena is used up; the request that
- * does not fit ends it and comes from a large run; slabs from then on. */
+/* In a child: 56 KiB blocks (a class whose cpu slab is empty: the 64 KiB
+ * one has objects since the start-up classes served an aligned 40 KB block
+ * from it) until the arena is used up; the request that does not fit ends
+ * it and comes from the class's slab; slabs from then on. */
 static void check_end_when_full(void)
 {
 	pid_t pid = fork();
@@ -207,7 +209,7 @@ static void check_end_when_full(void)
 		void *b[16];
 		unsigned n = 0, in = 0;
 		while (n < 16) {
-			b[n] = uslab_malloc(65536);
+			b[n] = uslab_malloc(56 << 10);
 			if (!b[n])
 				_exit(2);
 			if (!arena_owns(b[n++]))
@@ -394,8 +396,11 @@ static void check_pages_back_after_end(void)
  * code kept in the map) is reported as a double free. */
 static void free_twice_after_end(void *p)
 {
-	while (kmalloc_arena_on)
-		uslab_free(uslab_malloc(60000));
+	/* 48 KiB blocks, kept, until the arena is full (a class no earlier
+	 * check took a slab of: its requests come to the arena) */
+	for (unsigned n = 0; kmalloc_arena_on && n < ARENA_SIZE / (48 << 10) + 1; n++)
+		REQUIRE(uslab_malloc(48 << 10) != NULL);
+	CHECK(!kmalloc_arena_on);
 	uslab_free(p);
 	uslab_free(p);
 }

@@ -84,9 +84,12 @@ static void test_kept_runs(void)
 	CHECK_EQ(kmalloc_validate_all(), 0);
 }
 
-/* Two neighbours freed serve one block of both. */
+/* Two neighbours freed serve one block of both. The runs this thread kept
+ * before (the blocks it freed for test_recycled_heap_keeps_nothing) go back
+ * first: none serves 256 KiB, so they would have spent its credit. */
 static void test_joined_runs(void)
 {
+	uslab_trim();
 	unsigned char *a = uslab_malloc(256 * KiB), *b = uslab_malloc(256 * KiB);
 
 	REQUIRE(a && b);
@@ -138,9 +141,9 @@ static void *consumer(void *arg)
 static void hand_blocks(void)
 {
 	for (int i = 0; i < HANDED; i++) {
-		handed[i] = uslab_malloc(64 * KiB + (size_t)i * 16 * KiB);
+		handed[i] = uslab_malloc(144 * KiB + (size_t)i * 16 * KiB);
 		REQUIRE(handed[i] != NULL);
-		touch(handed[i], 64 * KiB);
+		touch(handed[i], 144 * KiB);
 	}
 }
 
@@ -166,7 +169,7 @@ static void *large_user(void *arg)
 	void **blocks = arg;
 
 	for (int i = 0; i < HANDED; i++)
-		blocks[i] = uslab_malloc(64 * KiB);
+		blocks[i] = uslab_malloc(144 * KiB);
 	return NULL;
 }
 
@@ -229,7 +232,9 @@ static void test_realloc_grow(void)
 		most = moves[k] > most ? moves[k] : most;
 	printf("realloc: %d buffers grown 40 KiB -> 1.5 MiB in 1-2 KiB steps, other blocks "
 	       "made between: at most %u moves\n", BUFS, most);
-	CHECK(most <= 8);   /* log2(1.5 MiB / 40 KiB) = 5.3 */
+	/* log2(1.5 MiB / 40 KiB) = 5.3; the first growth moves a block out
+	 * of its class (40 KiB) into a run, not into the next class */
+	CHECK(most <= 8);
 	CHECK_EQ(kmalloc_validate_all(), 0);
 
 	/* a shrink by less than half stays, with its units */
@@ -248,6 +253,40 @@ static void test_realloc_grow(void)
 	CHECK_EQ(kmalloc_validate_all(), 0);
 }
 
+/* A block realloc grows past GROW_RUN_MIN leaves the classes for a large
+ * run, which grows in place from then on; one malloc'd at that size is a
+ * class's object. A run that shrinks below GROW_RUN_MIN goes back to one. */
+static void test_grow_into_run(void)
+{
+	unsigned char *p = uslab_malloc(20 * KiB), *q, *r;
+	void *c;
+
+	REQUIRE(p != NULL);
+	test_fill_seed(p, 20 * KiB, 5);
+	q = uslab_realloc(p, GROW_RUN_MIN + 1);
+	REQUIRE(q != NULL);
+	CHECK(ptr_to_slab(q) && ptr_to_slab(q)->kind == SLAB_KIND_LARGE &&
+	      ptr_to_slab(q)->base == (uintptr_t)q);
+	CHECK(test_intact_seed(q, 20 * KiB, 5));
+	test_fill_seed(q, GROW_RUN_MIN + 1, 6);
+	c = uslab_malloc(GROW_RUN_MIN + 1);
+	REQUIRE(c != NULL);
+	CHECK(!ptr_to_slab(c) || ptr_to_slab(c)->kind == SLAB_KIND_SLAB);
+	uslab_free(c);
+	/* in place while the units after it are free (its own: one unit more) */
+	r = uslab_realloc(q, GROW_RUN_MIN + UNIT_SIZE);
+	if (r == q)
+		CHECK_EQ(ptr_to_slab(q)->nunits, 3);
+	REQUIRE(r != NULL);
+	CHECK(test_intact_seed(r, GROW_RUN_MIN + 1, 6));
+	q = uslab_realloc(r, 8 * KiB);
+	REQUIRE(q != NULL);
+	CHECK(q != r && (!ptr_to_slab(q) || ptr_to_slab(q)->kind == SLAB_KIND_SLAB));
+	CHECK(test_intact_seed(q, 8 * KiB, 6));
+	uslab_free(q);
+	CHECK_EQ(kmalloc_validate_all(), 0);
+}
+
 int main(void)
 {
 	test_recycled_heap_keeps_nothing();
@@ -255,5 +294,6 @@ int main(void)
 	test_joined_runs();
 	test_consumer_keeps_nothing();
 	test_realloc_grow();
+	test_grow_into_run();
 	return test_done("large_runs_unit");
 }

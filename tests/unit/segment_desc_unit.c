@@ -141,24 +141,25 @@ static void check_tail_unit_objects(void)
  * cleared, and join one (grow in place) as its tails. */
 static void check_run_descriptors(void)
 {
-	char *p = uslab_malloc(200 * KiB);
+	char *p = uslab_malloc(400 * KiB);
 	REQUIRE(p != NULL);
 	struct slab *head = ptr_to_slab(p);
 	unsigned units = head->nunits;
 
-	CHECK(units >= 13);
+	CHECK(units >= 25);
 	CHECK_EQ(kmalloc_validate_all(), 0);
-	/* shrink in place: the last units are free and clear */
-	char *q = uslab_realloc(p, 40 * KiB);
+	/* shrink in place (to a size above the classes): the last units are
+	 * free and clear */
+	char *q = uslab_realloc(p, 140 * KiB);
 	REQUIRE(q == p);
-	CHECK_EQ(head->nunits, 3);
-	CHECK(ptr_to_slab(p + 100 * KiB) == NULL);
-	CHECK(ptr_to_slab(p + 20 * KiB) == head);
+	CHECK_EQ(head->nunits, 9);
+	CHECK(ptr_to_slab(p + 300 * KiB) == NULL);
+	CHECK(ptr_to_slab(p + 130 * KiB) == head);
 	CHECK_EQ(kmalloc_validate_all(), 0);
 	/* grow back into them */
-	q = uslab_realloc(p, 180 * KiB);
+	q = uslab_realloc(p, 380 * KiB);
 	if (q == p) {
-		CHECK(ptr_to_slab(p + 170 * KiB) == head);
+		CHECK(ptr_to_slab(p + 370 * KiB) == head);
 		CHECK_EQ(kmalloc_validate_all(), 0);
 	}
 	uslab_free(q);
@@ -168,7 +169,7 @@ static void check_run_descriptors(void)
 	/* the units are reused by a new run (stale fields would fail the walker) */
 	void *big[8];
 	for (unsigned i = 0; i < 8; i++) {
-		big[i] = uslab_malloc(100 * KiB + i * 16 * KiB);
+		big[i] = uslab_malloc(200 * KiB + i * 16 * KiB);
 		REQUIRE(big[i] != NULL);
 	}
 	CHECK_EQ(kmalloc_validate_all(), 0);

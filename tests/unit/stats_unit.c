@@ -470,13 +470,13 @@ static void test_blocks_and_account(void)
 	void *p[100];
 
 	for (int i = 0; i < 100; i++)
-		REQUIRE((p[i] = uslab_malloc(100000)) != NULL);
+		REQUIRE((p[i] = uslab_malloc(200000)) != NULL);
 	char *json = stats_json_dump(), *table = stats_table_dump();
 	REQUIRE(json && table);
 
 	CHECK_EQ(stats_json_top(json, "large_blocks"), 100);
 	long large = stats_json_top(json, "large_bytes");
-	CHECK(large >= 100 * 100000L && large <= 100 * 131072L);
+	CHECK(large >= 100 * 200000L && large <= 100 * 212992L);   /* 13 units each */
 	long sum = stats_account_sum(json);
 	long committed = stats_json_top(json, "committed_bytes");
 	CHECK_EQ(sum, stats_json_top(json, "total_committed_bytes"));

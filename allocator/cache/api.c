@@ -220,13 +220,15 @@ static unsigned ilog2(size_t x)
 	return 63 - __builtin_clzl(x);
 }
 
-/* Slab size: the fewest units (a power of two) with <= 1/8 tail waste and
- * enough objects per slab to keep slow paths rare. */
+/* Slab size: the fewest units with <= 1/8 tail waste and enough objects per
+ * slab to keep slow paths rare; a power of two of them for objects up to
+ * 32 KiB, any number above (four objects of a multiple of 8 KiB then fill
+ * whole units, where the next power of two would hold up to eleven). */
 static uint32_t calculate_units(struct uslab_cache *s)
 {
 	unsigned want = s->stride <= 256 ? 16 : s->stride <= 4096 ? 8 : 4;
 
-	for (unsigned u = 1;; u *= 2) {
+	for (unsigned u = 1;; u = s->stride > (32u << 10) ? u + 1 : 2 * u) {
 		size_t bytes = (size_t)u << UNIT_SHIFT;
 		size_t objs = bytes / s->stride;
 

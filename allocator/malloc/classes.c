@@ -14,16 +14,17 @@
 /* kmalloc_statics is in api/layout.c */
 
 const uint8_t kmalloc_slot_class[NR_CLASSES] = {
-	0, 1, 3, 7, 11, 15, 19, 24, 29, 34, 39, 44, 48, 52,   /* 16 B, 32 B, ... 128 KiB */
+	0, 1, 3, 7, 11, 15, 19, 24, 29, 34, 39, 44, 48, 56,   /* 16 B, 32 B, ... 128 KiB */
 	2, 4, 5, 6, 8, 9, 10, 12, 13, 14, 16, 17, 18, 20, 21, 22, 23, 25, 26,
 	27, 28, 30, 31, 32, 33, 35, 36, 37, 38, 40, 41, 42, 43, 45, 46, 47, 49,
-	50, 51,
+	50, 51, 52, 53, 54, 55,
 };
 
 const uint8_t kmalloc_slot[NR_CLASSES] = {
 	0, 1, 14, 2, 15, 16, 17, 3, 18, 19, 20, 4, 21, 22, 23, 5, 24, 25, 26,
 	6, 27, 28, 29, 30, 7, 31, 32, 33, 34, 8, 35, 36, 37, 38, 9, 39, 40, 41,
-	42, 10, 43, 44, 45, 46, 11, 47, 48, 49, 12, 50, 51, 52, 13,
+	42, 10, 43, 44, 45, 46, 11, 47, 48, 49, 12, 50, 51, 52, 53, 54, 55, 56,
+	13,
 };
 
 /* size_class() for n <= 1024, as cpu-slab offsets, indexed by n itself: 2 KiB
@@ -58,7 +59,8 @@ const uint32_t kmalloc_class_size[NR_CLASSES] = {
 	640, 768, 896, 1024,
 	1152, 1280, 1536, 1792, 2048, 2304, 2560, 3072, 3584, 4096, 4608, 5120, 6144,
 	7168, 8192, 9216, 10240, 12288, 14336, 16384, 18432, 20480, 24576, 28672,
-	32768, 40960, 49152, 57344, 65536, 81920, 98304, 114688, 131072,
+	32768, 40960, 49152, 57344, 65536, 73728, 81920, 90112, 98304, 106496,
+	114688, 122880, 131072,
 };
 
 /* size_class() for 1024 < n <= SMALL_MAX, indexed by (n - 1) / 128: every
@@ -93,10 +95,14 @@ const uint8_t kmalloc_big_class[SMALL_MAX / 128] = {
 	[320 ... 383] = 46,   /* 49152 */
 	[384 ... 447] = 47,   /* 57344 */
 	[448 ... 511] = 48,   /* 65536 */
-	[512 ... 639] = 49,   /* 81920 */
-	[640 ... 767] = 50,   /* 98304 */
-	[768 ... 895] = 51,   /* 114688 */
-	[896 ... 1023] = 52,   /* 131072 */
+	[512 ... 575] = 49,   /* 73728 */
+	[576 ... 639] = 50,   /* 81920 */
+	[640 ... 703] = 51,   /* 90112 */
+	[704 ... 767] = 52,   /* 98304 */
+	[768 ... 831] = 53,   /* 106496 */
+	[832 ... 895] = 54,   /* 114688 */
+	[896 ... 959] = 55,   /* 122880 */
+	[960 ... 1023] = 56,   /* 131072 */
 };
 
 /*
@@ -106,7 +112,7 @@ const uint8_t kmalloc_big_class[SMALL_MAX / 128] = {
  * classes, and first touches of pages are what its time goes to. So
  * until some class needs a second slab, a request whose class is not set up
  * yet is served from the power-of-two class above it (16 B ... 128 KiB, 14
- * classes instead of 53): at most half a block wasted, in at most one slab
+ * classes instead of 57): at most half a block wasted, in at most one slab
  * per start-up class. Done in the slow path (the fine class's cpu slab stays
  * empty, so its requests land there), which leaves the fast path and its
  * tables as they are; so it also ends after STARTUP_REDIRECTS_MAX slow-path

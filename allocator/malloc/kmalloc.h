@@ -11,12 +11,14 @@
  *                             (also: alignment > 16 KiB beyond small sizes)
  *
  * Classes: 16, 32, 48, 64, 80, 96, 112, 128, then four per doubling
- * (160, 192, 224, 256, 320, ...) up to 128 KiB, plus 2^k + 2^k/8 for
- * 1 KiB <= 2^k <= 16 KiB (1152, 2304, ... 18432: a power of two and a small
- * header, 4104 say, would waste 20-25 % of the next class): 53 classes, at
- * most 25 % internal waste above 128 bytes. The classes above 32 KiB keep a
- * block's pages where blocks of its size were before (a run cut from free
- * units would not: docs/large.md, "Mid-size blocks"). Every class is a multiple of 16,
+ * (160, 192, 224, 256, 320, ...) up to 64 KiB and every 8 KiB from there
+ * to 128 KiB, plus 2^k + 2^k/8 for 1 KiB <= 2^k <= 16 KiB (1152, 2304, ...
+ * 18432: a power of two and a small header, 4104 say, would waste 20-25 %
+ * of the next class): 57 classes, at most 25 % internal waste above 128
+ * bytes. The classes above 32 KiB keep a block's pages where blocks of its
+ * size were before (a run cut from free units would not), and their 8 KiB
+ * steps bound the pages a slot's blocks of different sizes touch in time
+ * (docs/large.md, "Mid-size blocks"). Every class is a multiple of 16,
  * so every block is aligned to 16 (max_align_t, as glibc's), and every
  * object has a second word: a freed block keeps the double-free mark there
  * (kfree). No 8-byte class: glibc spends 32 bytes on malloc(8).
@@ -35,7 +37,7 @@ _Static_assert(sizeof(struct cpu_slab) == 1 << 6, "CPU_SLAB_SHIFT");
 /* a block realloc grows past this is a large run, though a class would
  * hold it (kmalloc.c, small_to_run) */
 #define GROW_RUN_MIN (32u << 10)
-#define NR_CLASSES  53
+#define NR_CLASSES  57
 _Static_assert(NR_CLASSES <= NEVER_USED_ID, "the never-used cpu slab is no class's");
 
 /*

@@ -39,7 +39,7 @@ USLAB_API void *uslab_calloc(size_t n, size_t m)
 	}
 	if (debug_active())
 		return debug_alloc(bytes, 0, true, "calloc", DEBUG_SITE);
-	if (bytes > SMALL_MAX) {
+	if (bytes > LARGE_MIN) {   /* a run: its fresh pages need no memset */
 		bool zeroed = false;
 
 		if (prof_active() && prof_sample_due(bytes))

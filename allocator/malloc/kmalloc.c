@@ -343,7 +343,7 @@ static void *large_resize(void *p, struct slab *slab, size_t n)
 }
 
 /*
- * Small block p (size bytes) grown to n bytes, past GROW_RUN_MIN: moved to
+ * Small block p (size bytes) grown to n bytes, past LARGE_MIN: moved to
  * a large run rather than to the next class. A block grown once is likely
  * to grow again, and a run grows in place while the units after it are
  * free (large_resize), where each class boundary up to SMALL_MAX would be
@@ -363,13 +363,13 @@ static void *small_to_run(void *p, size_t size, size_t n)
 /*
  * Resize block b at p (kmalloc_block) where it allows it: the same small
  * class range, a large run (large_resize: in place, or moved with room to
- * grow; a small block grown past GROW_RUN_MIN becomes one), or a huge
+ * grow; a small block grown past LARGE_MIN becomes one), or a huge
  * mapping that mremap can resize (moving it if needed). Returns the
  * (possibly moved) block, or NULL when the caller must allocate and copy.
  */
 void *kmalloc_resize_block(void *p, const struct kblock *b, size_t n)
 {
-	bool runs = n > GROW_RUN_MIN && n <= LARGE_MAX;
+	bool runs = n > LARGE_MIN && n <= LARGE_MAX;
 
 	/* a small block (slab object or arena block): in place while it fits
 	 * and would not fit in half */

@@ -6,7 +6,7 @@
  * Three block kinds, all found from a pointer by one lookup:
  *   small  <= SMALL_MAX       an object of one of NR_CLASSES static caches
  *   large  <= LARGE_MAX       a run of 16 KiB units inside a segment (from
- *                             GROW_RUN_MIN up when realloc grew the block)
+ *                             LARGE_MIN up for realloc's growth and calloc)
  *   huge   >  LARGE_MAX       its own mapping, tracked in the huge table
  *                             (also: alignment > 16 KiB beyond small sizes)
  *
@@ -34,9 +34,11 @@ _Static_assert(sizeof(struct cpu_slab) == 1 << 6, "CPU_SLAB_SHIFT");
 
 #define SMALL_MAX   (128u << 10)
 #define LARGE_MAX   (2ul << 20)
-/* a block realloc grows past this is a large run, though a class would
- * hold it (kmalloc.c, small_to_run) */
-#define GROW_RUN_MIN (32u << 10)
+/* the smallest large run: a block realloc grows past this (kmalloc.c,
+ * small_to_run) or calloc asks for above it (api/malloc.c) is one, though
+ * a class would hold it - a run can grow in place, and knows when its
+ * pages are fresh, so calloc need not write them */
+#define LARGE_MIN (32u << 10)
 #define NR_CLASSES  57
 _Static_assert(NR_CLASSES <= NEVER_USED_ID, "the never-used cpu slab is no class's");
 

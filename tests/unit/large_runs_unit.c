@@ -253,9 +253,10 @@ static void test_realloc_grow(void)
 	CHECK_EQ(kmalloc_validate_all(), 0);
 }
 
-/* A block realloc grows past GROW_RUN_MIN leaves the classes for a large
+/* A block realloc grows past LARGE_MIN leaves the classes for a large
  * run, which grows in place from then on; one malloc'd at that size is a
- * class's object. A run that shrinks below GROW_RUN_MIN goes back to one. */
+ * class's object, one calloc'd a run. A run that shrinks below LARGE_MIN
+ * goes back to a class. */
 static void test_grow_into_run(void)
 {
 	unsigned char *p = uslab_malloc(20 * KiB), *q, *r;
@@ -263,22 +264,32 @@ static void test_grow_into_run(void)
 
 	REQUIRE(p != NULL);
 	test_fill_seed(p, 20 * KiB, 5);
-	q = uslab_realloc(p, GROW_RUN_MIN + 1);
+	q = uslab_realloc(p, LARGE_MIN + 1);
 	REQUIRE(q != NULL);
 	CHECK(ptr_to_slab(q) && ptr_to_slab(q)->kind == SLAB_KIND_LARGE &&
 	      ptr_to_slab(q)->base == (uintptr_t)q);
 	CHECK(test_intact_seed(q, 20 * KiB, 5));
-	test_fill_seed(q, GROW_RUN_MIN + 1, 6);
-	c = uslab_malloc(GROW_RUN_MIN + 1);
+	test_fill_seed(q, LARGE_MIN + 1, 6);
+	c = uslab_malloc(LARGE_MIN + 1);
 	REQUIRE(c != NULL);
 	CHECK(!ptr_to_slab(c) || ptr_to_slab(c)->kind == SLAB_KIND_SLAB);
 	uslab_free(c);
+	/* calloc at that size: a run too, zero (its memory reused or not) */
+	for (int i = 0; i < 2; i++) {
+		unsigned char *z = uslab_calloc(1, LARGE_MIN + 1);
+
+		REQUIRE(z != NULL);
+		CHECK(ptr_to_slab(z) && ptr_to_slab(z)->kind == SLAB_KIND_LARGE);
+		CHECK(test_all_zero(z, LARGE_MIN + 1));
+		memset(z, 0x5a, LARGE_MIN + 1);   /* the second round reuses it */
+		uslab_free(z);
+	}
 	/* in place while the units after it are free (its own: one unit more) */
-	r = uslab_realloc(q, GROW_RUN_MIN + UNIT_SIZE);
+	r = uslab_realloc(q, LARGE_MIN + UNIT_SIZE);
 	if (r == q)
 		CHECK_EQ(ptr_to_slab(q)->nunits, 3);
 	REQUIRE(r != NULL);
-	CHECK(test_intact_seed(r, GROW_RUN_MIN + 1, 6));
+	CHECK(test_intact_seed(r, LARGE_MIN + 1, 6));
 	q = uslab_realloc(r, 8 * KiB);
 	REQUIRE(q != NULL);
 	CHECK(q != r && (!ptr_to_slab(q) || ptr_to_slab(q)->kind == SLAB_KIND_SLAB));

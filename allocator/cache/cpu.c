@@ -201,7 +201,23 @@ void cpu_local_push(struct uslab_cache *s, struct cpu_slab *c, struct slab *slab
 	slab->local_count += n;
 }
 
-static unsigned cold_refill_objects(const struct uslab_cache *s);
+/* s's objects in a page, at most COLD_REFILL_MAX: 0 above a page. */
+static unsigned page_objects(const struct uslab_cache *s)
+{
+	unsigned n = (unsigned)(os_page_size() / s->stride);
+
+	return n > COLD_REFILL_MAX ? COLD_REFILL_MAX : n;
+}
+
+/* What a thread that has just come (refill_ordered, below) takes from a
+ * partial slab: COLD_REFILL_MAX objects, or a page's worth if that is
+ * fewer (at least 1). A new slab's first refill builds a page's worth;
+ * taken from a chain, each one is a link walked now and, if the thread
+ * exits without it, again then. */
+static unsigned cold_refill_objects(const struct uslab_cache *s)
+{
+	return page_objects(s) ?: 1;
+}
 
 /* The foreign objects a thread may keep for reuse: a page's worth until it
  * has refilled the class, none of a class whose objects are bigger (a
@@ -211,11 +227,8 @@ static unsigned cold_refill_objects(const struct uslab_cache *s);
  * then foreign_max. */
 static uint16_t foreign_budget(const struct uslab_cache *s)
 {
-	if (s->id < STATIC_IDS && !tls_heap->k_refilled[s->id]) {
-		unsigned n = (unsigned)(os_page_size() / s->stride);
-
-		return (uint16_t)(n > COLD_REFILL_MAX ? COLD_REFILL_MAX : n);
-	}
+	if (s->id < STATIC_IDS && !tls_heap->k_refilled[s->id])
+		return (uint16_t)page_objects(s);
 	return s->foreign_max;
 }
 
@@ -615,17 +628,6 @@ static bool cpu_refill_shared(struct uslab_cache *s, struct cpu_slab *c, unsigne
 static bool refill_ordered(void)
 {
 	return tls_heap->refills >= ORDER_AFTER_REFILLS;
-}
-
-/* What such a thread takes from a partial slab: COLD_REFILL_MAX objects,
- * or a page's worth if that is fewer (at least 1). A new slab's first
- * refill builds a page's worth; taken from a chain, each one is a link
- * walked now and, if the thread exits without it, again then. */
-static unsigned cold_refill_objects(const struct uslab_cache *s)
-{
-	unsigned n = (unsigned)(os_page_size() / s->stride);
-
-	return n > COLD_REFILL_MAX ? COLD_REFILL_MAX : n ? n : 1;
 }
 
 /*

@@ -7,10 +7,10 @@
 #include "platform.h"
 
 #include <errno.h>
-#include <sched.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -27,17 +27,27 @@ size_t os_page_size(void)
 	return READ_ONCE(page);
 }
 
-/* The CPUs this process may run on (its affinity mask, as the kernel has
- * it at the first call); at least 1. */
+/*
+ * The CPUs this process may run on (its affinity mask, as the kernel has
+ * it at the first call); at least 1. By the system call itself: libc's
+ * sched_getaffinity and CPU_COUNT live in a part of its code that most
+ * programs never run, and the first call would map 64 KiB of it into the
+ * process (the kernel maps the pages around a faulting one), where
+ * syscall() sits beside mmap, which every process runs.
+ */
 unsigned os_ncpus(void)
 {
 	static unsigned n;
 
 	if (!READ_ONCE(n)) {
-		cpu_set_t set;
-		int k = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
+		unsigned long mask[1024 / (8 * sizeof(long))];
+		long bytes = syscall(SYS_sched_getaffinity, 0, sizeof(mask), mask);
+		unsigned k = 0;
 
-		WRITE_ONCE(n, k > 0 ? (unsigned)k : 1);
+		/* the kernel writes its mask's size, <= ours, and leaves the rest */
+		for (long i = 0; i < bytes / (long)sizeof(long); i++)
+			k += (unsigned)__builtin_popcountl(mask[i]);
+		WRITE_ONCE(n, k ? k : 1);
 	}
 	return READ_ONCE(n);
 }

@@ -256,9 +256,15 @@ bool huge_usable_size(const void *p, size_t *size)
 }
 
 /*
- * Huge block p resized to n bytes (> LARGE_MAX) by mremap, moved if need
- * be; NULL when it cannot be (over-aligned, or mremap failed): the caller
- * allocates and copies.
+ * Huge block p resized to n bytes (> LARGE_MAX) in place or by mremap,
+ * moved if need be; NULL when it cannot be (over-aligned, or mremap
+ * failed): the caller allocates and copies. A block that grows takes a
+ * quarter more than it had when it asks for less, so that one grown in
+ * small steps resizes a logarithmic number of times, not at each page:
+ * first from the cached range right after it (a freed block's pages,
+ * committed, no system call), else by mremap - address space only, as a
+ * page the program does not write is not committed; an mremap that finds
+ * no room after the mapping moves it, page tables and all.
  */
 void *huge_resize(void *p, size_t n)
 {
@@ -273,7 +279,29 @@ void *huge_resize(void *p, size_t n)
 	if (!huge_remove((uintptr_t)p, &h))
 		return NULL;
 	size_t len = round_up(n, os_page_size());
-	void *q = mremap((void *)h.map, h.map_len, len, MREMAP_MAYMOVE);
+	size_t want = len;
+	void *q = MAP_FAILED;
+
+	if (len > h.map_len) {
+		size_t roomy = round_up(h.map_len + h.map_len / 4, os_page_size());
+
+		uintptr_t end = h.map + h.map_len;
+
+		want = roomy > len ? roomy : len;
+		if (range_cache_take_after(end, h.origin, want - h.map_len)) {
+			q = p;
+			len = want;
+		} else if (want > len && range_cache_take_after(end, h.origin, len - h.map_len)) {
+			q = p;
+		}
+	}
+	if (q == MAP_FAILED && want > len) {
+		q = mremap((void *)h.map, h.map_len, want, MREMAP_MAYMOVE);
+		if (q != MAP_FAILED)
+			len = want;
+	}
+	if (q == MAP_FAILED)
+		q = mremap((void *)h.map, h.map_len, len, MREMAP_MAYMOVE);
 	struct huge nh = h;
 	if (q != MAP_FAILED) {
 		if ((uintptr_t)q != h.map)   /* moved: a VMA of its own */

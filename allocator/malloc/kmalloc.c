@@ -380,6 +380,11 @@ void *kmalloc_resize_block(void *p, const struct kblock *b, size_t n)
 	}
 	if (b->run)
 		return runs ? large_resize(p, b->run, n) : NULL;
+	/* a huge block: in place while it fits and would not fit in half,
+	 * without a system call (a buffer appended to in small steps asks
+	 * a hundred times per page) */
+	if (n <= b->size && n > b->size / 2)
+		return p;
 	return n > LARGE_MAX ? huge_resize(p, n) : NULL;
 }
 

@@ -80,6 +80,37 @@ uintptr_t range_cache_take(size_t len, unsigned long *origin)
 }
 
 /*
+ * The head, len bytes, of the cached range that starts at end and comes from
+ * mapping origin (the one that ends at end: the same VMA), for a huge block
+ * that grows in place into it - its pages committed already. false (nothing
+ * taken) when there is none or it is shorter.
+ */
+bool range_cache_take_after(uintptr_t end, unsigned long origin, size_t len)
+{
+	bool taken = false;
+
+	if (!READ_ONCE(range_bytes))
+		return false;
+	lock_ranked(&range_lock, RANK_RANGES);
+	for (int i = 0; i < RANGE_SLOTS && !taken; i++) {
+		struct range *e = &ranges[i];
+
+		if (e->map != end || e->origin != origin || e->len < len)
+			continue;
+		if (e->len == len) {
+			e->map = 0;
+		} else {
+			e->map += len;
+			e->len -= len;
+		}
+		WRITE_ONCE(range_bytes, range_bytes - len);
+		taken = true;
+	}
+	unlock_ranked(&range_lock, RANK_RANGES);
+	return taken;
+}
+
+/*
  * len bytes at an align boundary from any cached range that holds them, for
  * a new segment (segment_map): memory a freed huge block left committed then
  * serves slabs instead of waiting for another huge request while fresh

@@ -340,6 +340,7 @@ extern void (*purge_test_hook)(void);                 /* tests: called mid-purge
  */
 uintptr_t range_cache_take(size_t len, unsigned long *origin);
 uintptr_t range_cache_take_aligned(size_t len, size_t align);
+bool range_cache_take_after(uintptr_t end, unsigned long origin, size_t len);
 void range_cache_put(uintptr_t map, size_t len, unsigned long origin);
 void range_cache_expire(uint64_t older_than);         /* UINT64_MAX: all */
 void range_cache_decay(uint64_t now, uint64_t decay);

@@ -13,6 +13,10 @@
  *   realloc       a large block grown in small steps beside another growing
  *                 one moves a logarithmic number of times, keeping content;
  *                 a shrink by less than half stays in place with its units
+ *   huge growth   a huge block grown in small steps resizes a logarithmic
+ *                 number of times, keeping content; one shrunk by less
+ *                 than half stays; one cut from a freed block's cached
+ *                 range grows into the rest in place, without page faults
  *   descriptors   every segment's descriptors as segment.h says, after each
  */
 #define _GNU_SOURCE
@@ -24,6 +28,7 @@
 #include <sys/resource.h>
 
 #define KiB 1024ul
+#define MiB (1024ul * KiB)
 
 static long thread_minflt(void)
 {
@@ -298,6 +303,71 @@ static void test_grow_into_run(void)
 	CHECK_EQ(kmalloc_validate_all(), 0);
 }
 
+static unsigned char byte_at(size_t i)
+{
+	return (unsigned char)((i * 2654435761u) >> 24);
+}
+
+/* Grown from 3 to 24 MiB in steps of 4-5 KiB (each crosses a page): the
+ * usable size changes a logarithmic number of times (a quarter more each
+ * time); before, each step was an mremap. Then the block is freed and a
+ * smaller one cut from its cached range grows in place into the rest, whose
+ * pages it wrote already. */
+static void test_huge_step_growth(void)
+{
+	long decay = 60000, old_decay;   /* the cached range must not age out */
+	size_t n = 3 * MiB, usable = 0;
+	unsigned resizes = 0;
+	uint64_t seed = 3;
+	unsigned char *p = uslab_malloc(n), *q;
+
+	REQUIRE(p != NULL);
+	CHECK_EQ(uslab_ctl("decay_ms", &old_decay, &decay), 0);
+	for (size_t i = 0; i < n; i++)
+		p[i] = byte_at(i);
+	while (n < 24 * MiB) {
+		size_t m = n + 4 * KiB + test_rand(&seed) % KiB;
+
+		q = uslab_realloc(p, m);
+		REQUIRE(q != NULL);
+		p = q;
+		for (size_t i = n; i < m; i++)
+			p[i] = byte_at(i);
+		n = m;
+		resizes += uslab_malloc_usable_size(p) != usable;
+		usable = uslab_malloc_usable_size(p);
+	}
+	size_t bad = n;
+	for (size_t i = 0; i < n && bad == n; i++)
+		bad = p[i] == byte_at(i) ? n : i;
+	if (bad != n) {
+		fprintf(stderr, "huge growth lost content at byte %zu of %zu\n", bad, n);
+		test_failures++;
+	}
+	printf("huge growth: 3 -> 24 MiB in 4-5 KiB steps, %u resizes\n", resizes);
+	/* log(8) / log(1.25) = 9.3 */
+	CHECK(resizes <= 12);
+	/* a shrink by less than half stays where it is */
+	CHECK(uslab_realloc(p, usable * 3 / 4) == p);
+	CHECK_EQ(uslab_malloc_usable_size(p), usable);
+
+	uslab_free(p);   /* its range cached, every page but the slack's written */
+	q = uslab_malloc(4 * MiB);
+	REQUIRE(q != NULL);
+	CHECK(q == p);   /* the head of that range */
+	long flt = thread_minflt();
+	unsigned char *r = uslab_realloc(q, 12 * MiB);
+	REQUIRE(r != NULL);
+	CHECK(r == q);
+	touch(r, 12 * MiB);
+	flt = thread_minflt() - flt;
+	printf("huge growth into the cached range: %ld page faults for 8 MiB\n", flt);
+	CHECK(flt < 64);
+	uslab_free(r);
+	CHECK_EQ(uslab_ctl("decay_ms", NULL, &old_decay), 0);
+	CHECK_EQ(kmalloc_validate_all(), 0);
+}
+
 int main(void)
 {
 	test_recycled_heap_keeps_nothing();
@@ -306,5 +376,6 @@ int main(void)
 	test_consumer_keeps_nothing();
 	test_realloc_grow();
 	test_grow_into_run();
+	test_huge_step_growth();
 	return test_done("large_runs_unit");
 }

@@ -56,6 +56,19 @@ USLAB_API void *uslab_calloc(size_t n, size_t m)
 	return p;
 }
 
+/* Block p (have bytes usable) moved to a new one of n bytes; NULL (p
+ * untouched, errno = ENOMEM) when there is no memory for it. */
+static void *realloc_move(void *p, size_t have, size_t n)
+{
+	void *q = kmalloc(n);
+
+	if (!q)
+		return NULL;
+	memcpy(q, p, have < n ? have : n);
+	kfree(p, "realloc");
+	return q;
+}
+
 USLAB_API void *uslab_realloc(void *p, size_t n)
 {
 	void *q;
@@ -67,6 +80,17 @@ USLAB_API void *uslab_realloc(void *p, size_t n)
 	if (n == 0) {
 		kfree(p, "realloc");
 		return NULL;
+	}
+	/* A slab object, found as free finds it: it stays while it holds n
+	 * and would not hold it in half (kmalloc_resize_block's first rule);
+	 * else, for a size another class takes, it moves there. */
+	size_t fits = kmalloc_object_size_fast(p);
+
+	if (likely(fits)) {
+		if (n <= fits && (n > fits / 2 || fits <= 16))
+			return p;
+		if (n <= LARGE_MIN)
+			return realloc_move(p, fits, n);
 	}
 	struct kblock b;
 
@@ -80,14 +104,7 @@ USLAB_API void *uslab_realloc(void *p, size_t n)
 	/* grown in place: the growth counts as bytes allocated */
 	if (q && n > have && prof_active() && prof_sample_due(n - have))
 		prof_grown(n - have, DEBUG_SITE);
-	if (q)
-		return q;
-	q = kmalloc(n);
-	if (!q)
-		return NULL;   /* p is untouched, errno = ENOMEM */
-	memcpy(q, p, have < n ? have : n);
-	kfree(p, "realloc");
-	return q;
+	return q ? q : realloc_move(p, have, n);
 }
 
 USLAB_API void *uslab_reallocarray(void *p, size_t n, size_t m)

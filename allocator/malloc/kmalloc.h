@@ -280,51 +280,72 @@ static __always_inline void *kmalloc_direct(size_t n)
  * marks it free. None is an atomic. kfree_slow looks again and tells
  * everything else apart.
  */
-static __always_inline void kfree(void *p, const char *call)
+/*
+ * Whether p is an object of one of malloc's slabs, by the inline look: in
+ * the segment region, and at an object's start by its own unit's
+ * descriptor's free-check fields (zero for a free unit, a large run, a
+ * uslab_cache slab, a slot of the region no segment is in). *seg and *d
+ * locate that descriptor (desc_at): the region is aligned to segments, so
+ * p's offset in it gives the descriptor's. false: the slow look tells.
+ */
+static __always_inline bool kmalloc_fast_object(const void *p, uintptr_t *seg, uintptr_t *d)
 {
 	uintptr_t rel;
 
-	if (likely(segment_region_fast((uintptr_t)p, &rel))) {
-		/* p's own unit's descriptor holds its slab's free-check fields
-		 * (zero for a free unit, a large run, a uslab_cache slab, a
-		 * slot of the region no segment is in); the region is aligned
-		 * to segments, so p's offset in it gives the descriptor's */
-		uintptr_t seg = (uintptr_t)p & ~(SEG_SIZE - 1);
-		uintptr_t d = unit_desc_off((const void *)rel);
-		uintptr_t off = (uintptr_t)p - desc_at(seg, d)->base;
+	if (!likely(segment_region_fast((uintptr_t)p, &rel)))
+		return false;
+	*seg = (uintptr_t)p & ~(SEG_SIZE - 1);
+	*d = unit_desc_off((const void *)rel);
+	return likely(object_offset_valid(desc_at(*seg, *d)->kfree_magic, desc_at(*seg, *d)->kfree_limit,
+					  (uintptr_t)p - desc_at(*seg, *d)->base));
+}
 
-		if (likely(object_offset_valid(desc_at(seg, d)->kfree_magic,
-					       desc_at(seg, d)->kfree_limit, off))) {
-			uintptr_t mark = free_mark;
+/* realloc's look: the size of p when it is an object of malloc's slabs, 0
+ * when the slow look must tell. It reads no byte of the block (realloc in
+ * place never did: a string appended to is written at its end). */
+static __always_inline size_t kmalloc_object_size_fast(const void *p)
+{
+	uintptr_t seg, d;
 
-			if (unlikely(free_mark_maybe(p, mark)))
-				goto slow;
-			/* p's own unit's descriptor has the slab's owner fields
-			 * (slab_owner_units): no load of the head on this way */
-			if (likely(READ_ONCE(desc_at(seg, d)->owner_tp) == thread_self())) {
-				uslab_cpu_link_(cpu_fast(READ_ONCE(desc_at(seg, d)->owner_cpu)), p, 0,
-						fp_key_get());
-				kfree_mark(p, mark);
-				return;
-			} else {
-				struct slab *slab = READ_ONCE(desc_at(seg, d)->head);
-				struct uslab_cache *s = slab->cache;
-				/* a fresh load, so that the owner test above can compare
-				 * against memory instead of keeping the heap in a register */
-				struct thread_heap *h = READ_ONCE(tls_heap);
-				struct cpu_slab *c = (struct cpu_slab *)((char *)h + s->cpu_offset);
+	if (likely(kmalloc_fast_object(p, &seg, &d)))
+		return READ_ONCE(desc_at(seg, d)->head)->cache->stride;
+	return 0;
+}
 
-				if (READ_ONCE(slab->owner_tp)) {
-					if (likely(outbox_add(h, s, slab, p))) {
-						kfree_mark(p, mark);
-						return;
-					}
-				} else if (likely(c->foreign_left)) {
-					c->foreign_left--;
-					uslab_cpu_link_(cpu_fast(c), p, 0, fp_key_get());
+static __always_inline void kfree(void *p, const char *call)
+{
+	uintptr_t seg, d;
+
+	if (likely(kmalloc_fast_object(p, &seg, &d))) {
+		uintptr_t mark = free_mark;
+
+		if (unlikely(free_mark_maybe(p, mark)))
+			goto slow;
+		/* p's own unit's descriptor has the slab's owner fields
+		 * (slab_owner_units): no load of the head on this way */
+		if (likely(READ_ONCE(desc_at(seg, d)->owner_tp) == thread_self())) {
+			uslab_cpu_link_(cpu_fast(READ_ONCE(desc_at(seg, d)->owner_cpu)), p, 0,
+					fp_key_get());
+			kfree_mark(p, mark);
+			return;
+		} else {
+			struct slab *slab = READ_ONCE(desc_at(seg, d)->head);
+			struct uslab_cache *s = slab->cache;
+			/* a fresh load, so that the owner test above can compare
+			 * against memory instead of keeping the heap in a register */
+			struct thread_heap *h = READ_ONCE(tls_heap);
+			struct cpu_slab *c = (struct cpu_slab *)((char *)h + s->cpu_offset);
+
+			if (READ_ONCE(slab->owner_tp)) {
+				if (likely(outbox_add(h, s, slab, p))) {
 					kfree_mark(p, mark);
 					return;
 				}
+			} else if (likely(c->foreign_left)) {
+				c->foreign_left--;
+				uslab_cpu_link_(cpu_fast(c), p, 0, fp_key_get());
+				kfree_mark(p, mark);
+				return;
 			}
 		}
 	}

@@ -81,24 +81,21 @@ USLAB_API void *uslab_realloc(void *p, size_t n)
 		kfree(p, "realloc");
 		return NULL;
 	}
-	/* A slab object, found as free finds it: it stays while it holds n
-	 * and would not hold it in half (kmalloc_resize_block's first rule);
-	 * else, for a size another class takes, it moves there. */
-	size_t fits = kmalloc_object_size_fast(p);
-
-	if (likely(fits)) {
-		if (n <= fits && (n > fits / 2 || fits <= 16))
-			return p;
-		if (n <= LARGE_MIN)
-			return realloc_move(p, fits, n);
-	}
 	struct kblock b;
 
-	kmalloc_block(p, &b, "realloc");   /* the one look at p */
-	if (prof_active() && !b.small && prof_owns(p))
-		return prof_realloc(p, n, DEBUG_SITE);
-	if (unlikely(!b.size))
-		kmalloc_usable_size(p, "realloc");   /* no block starts at p: aborts */
+	/* the one look at p: inline for a slab object, and for a large run
+	 * when no sampled block (a run) can be one */
+	if (!kmalloc_block_fast(p, &b) || (!b.small && prof_active())) {
+		kmalloc_block(p, &b, "realloc");
+		if (prof_active() && !b.small && prof_owns(p))
+			return prof_realloc(p, n, DEBUG_SITE);
+		if (unlikely(!b.size))
+			kmalloc_usable_size(p, "realloc");   /* no block starts at p: aborts */
+	}
+	if (kblock_holds(&b, n))
+		return p;
+	if (b.small && n <= LARGE_MIN)   /* to another class */
+		return realloc_move(p, b.size, n);
 	size_t have = b.size;
 	q = kmalloc_resize_block(p, &b, n);
 	/* grown in place: the growth counts as bytes allocated */

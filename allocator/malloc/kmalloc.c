@@ -320,11 +320,8 @@ static void *large_resize(void *p, struct slab *slab, size_t n)
 	unsigned units = units_of(n), have = slab->nunits;
 	unsigned roomy = 2 * have;
 
-	if (units <= have) {
-		if (units > have / 2)
-			return p;
+	if (units <= have)   /* by more than half: kblock_holds kept the rest */
 		return segment_resize_units(slab, units) ? p : NULL;
-	}
 	if (roomy < units)   /* doubling or more: the request is its own room */
 		roomy = units;
 	if (roomy > LARGE_MAX_UNITS)
@@ -371,20 +368,12 @@ void *kmalloc_resize_block(void *p, const struct kblock *b, size_t n)
 {
 	bool runs = n > LARGE_MIN && n <= LARGE_MAX;
 
-	/* a small block (slab object or arena block): in place while it fits
-	 * and would not fit in half */
-	if (b->small) {
-		if (n <= b->size)
-			return n > b->size / 2 || b->size <= 16 ? p : NULL;
-		return runs ? small_to_run(p, b->size, n) : NULL;
-	}
+	if (kblock_holds(b, n))
+		return p;
+	if (b->small)   /* slab object or arena block */
+		return runs && n > b->size ? small_to_run(p, b->size, n) : NULL;
 	if (b->run)
 		return runs ? large_resize(p, b->run, n) : NULL;
-	/* a huge block: in place while it fits and would not fit in half,
-	 * without a system call (a buffer appended to in small steps asks
-	 * a hundred times per page) */
-	if (n <= b->size && n > b->size / 2)
-		return p;
 	return n > LARGE_MAX ? huge_resize(p, n) : NULL;
 }
 

@@ -286,30 +286,69 @@ static __always_inline void *kmalloc_direct(size_t n)
  * descriptor's free-check fields (zero for a free unit, a large run, a
  * uslab_cache slab, a slot of the region no segment is in). *seg and *d
  * locate that descriptor (desc_at): the region is aligned to segments, so
- * p's offset in it gives the descriptor's. false: the slow look tells.
+ * p's offset in it gives the descriptor's; *seg is 0 when p is outside
+ * the region. false: the slow look tells.
  */
 static __always_inline bool kmalloc_fast_object(const void *p, uintptr_t *seg, uintptr_t *d)
 {
 	uintptr_t rel;
 
-	if (!likely(segment_region_fast((uintptr_t)p, &rel)))
+	if (!likely(segment_region_fast((uintptr_t)p, &rel))) {
+		*seg = 0;
 		return false;
+	}
 	*seg = (uintptr_t)p & ~(SEG_SIZE - 1);
 	*d = unit_desc_off((const void *)rel);
 	return likely(object_offset_valid(desc_at(*seg, *d)->kfree_magic, desc_at(*seg, *d)->kfree_limit,
 					  (uintptr_t)p - desc_at(*seg, *d)->base));
 }
 
-/* realloc's look: the size of p when it is an object of malloc's slabs, 0
- * when the slow look must tell. It reads no byte of the block (realloc in
- * place never did: a string appended to is written at its end). */
-static __always_inline size_t kmalloc_object_size_fast(const void *p)
+/*
+ * realloc's look at p, inline where it can be (free's look for a slab
+ * object; a large run's head descriptor is p's own unit's): b as
+ * kmalloc_block gives it, and true; false when kmalloc_block must look.
+ * It reads no byte of the block (a string appended to is written at its
+ * end, not at its start).
+ */
+static __always_inline bool kmalloc_block_fast(const void *p, struct kblock *b)
 {
 	uintptr_t seg, d;
 
-	if (likely(kmalloc_fast_object(p, &seg, &d)))
-		return READ_ONCE(desc_at(seg, d)->head)->cache->stride;
-	return 0;
+	if (likely(kmalloc_fast_object(p, &seg, &d))) {
+		b->run = NULL;
+		b->small = true;
+		b->size = READ_ONCE(desc_at(seg, d)->head)->cache->stride;
+		return true;
+	}
+	if (!seg)   /* not in the region */
+		return false;
+	struct slab *head = desc_at(seg, d);
+
+	if (READ_ONCE(head->head) != head || head->kind != SLAB_KIND_LARGE ||
+	    head->base != (uintptr_t)p)
+		return false;
+	b->run = head;
+	b->small = false;
+	b->size = (size_t)head->nunits << UNIT_SHIFT;
+	return true;
+}
+
+/*
+ * Whether block b holds n bytes where it is, with nothing to do: a small
+ * block or a huge one that n still fits and would not fit in half (a
+ * buffer that shrinks a little often grows again; a huge one is asked a
+ * hundred times per page when appended to in small steps), a large run
+ * likewise by units, while n stays above LARGE_MIN.
+ */
+static inline bool kblock_holds(const struct kblock *b, size_t n)
+{
+	if (n > b->size)
+		return false;
+	if (b->small)
+		return n > b->size / 2 || b->size <= 16;
+	if (b->run)
+		return n > LARGE_MIN && ((n + UNIT_SIZE - 1) >> UNIT_SHIFT) > b->run->nunits / 2u;
+	return n > b->size / 2;
 }
 
 static __always_inline void kfree(void *p, const char *call)

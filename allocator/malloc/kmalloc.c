@@ -13,6 +13,8 @@
 /* ---- large blocks ------------------------------------------------------------ */
 
 #define LARGE_MAX_UNITS ((unsigned)(LARGE_MAX >> UNIT_SHIFT))
+_Static_assert(round_up(SEG_HDR_UNITS, LARGE_ALIGN_MAX >> UNIT_SHIFT) + LARGE_MAX_UNITS <= SEG_UNITS,
+	       "the most aligned large run fits in a segment");
 
 static unsigned units_of(size_t n)
 {
@@ -34,10 +36,11 @@ static struct run_cache *large_runs(void)
 	return rc;
 }
 
-static void *large_alloc(unsigned units, bool *zeroed)
+/* A large run of units, at a multiple of align units (1: any unit). */
+static void *large_alloc(unsigned units, unsigned align, bool *zeroed)
 {
 	struct run_cache *rc = large_runs();
-	struct slab *head = rc ? run_cache_take(rc, units) : NULL;
+	struct slab *head = rc && align == 1 ? run_cache_take(rc, units) : NULL;
 
 	if (head) {   /* a run this thread freed: committed, not zero */
 		if (zeroed)
@@ -52,7 +55,7 @@ static void *large_alloc(unsigned units, bool *zeroed)
 	 * this block from committed memory rather than fresh pages. */
 	if (rc)
 		run_cache_flush(rc);
-	head = segment_alloc_units(units, SLAB_KIND_LARGE, false, zeroed);
+	head = segment_alloc_units_aligned(units, align, SLAB_KIND_LARGE, false, zeroed);
 	if (!head)
 		return NULL;
 	head->base = slab_start(head);
@@ -79,8 +82,9 @@ void *malloc_large_or_huge(size_t n, size_t align, bool *zeroed)
 	}
 	if (!n)   /* aligned_alloc(64 KiB, 0): a block of its own, as malloc(0) */
 		n = 1;
-	if (n <= LARGE_MAX && align <= UNIT_SIZE)
-		return large_alloc(units_of(n), zeroed);
+	if (n <= LARGE_MAX && align <= LARGE_ALIGN_MAX)
+		return large_alloc(units_of(n), align > UNIT_SIZE ? (unsigned)(align >> UNIT_SHIFT) : 1,
+				   zeroed);
 	/* calloc (zeroed) gets no huge pages: a big zeroed table is often
 	 * touched here and there, and a 4 KiB page costs only where it is */
 	bool z = false;
@@ -328,10 +332,10 @@ static void *large_resize(void *p, struct slab *slab, size_t n)
 		roomy = LARGE_MAX_UNITS;
 	if (segment_resize_units(slab, roomy) || (roomy > units && segment_resize_units(slab, units)))
 		return p;
-	void *q = large_alloc(roomy, NULL);
+	void *q = large_alloc(roomy, 1, NULL);
 
 	if (!q)
-		q = large_alloc(units, NULL);
+		q = large_alloc(units, 1, NULL);
 	if (q) {
 		memcpy(q, p, (size_t)have << UNIT_SHIFT);
 		free_nonsmall(p, slab, "realloc");
@@ -348,7 +352,7 @@ static void *large_resize(void *p, struct slab *slab, size_t n)
  */
 static void *small_to_run(void *p, size_t size, size_t n)
 {
-	void *q = large_alloc(units_of(n), NULL);
+	void *q = large_alloc(units_of(n), 1, NULL);
 
 	if (q) {
 		memcpy(q, p, size);

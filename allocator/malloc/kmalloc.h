@@ -6,9 +6,11 @@
  * Three block kinds, all found from a pointer by one lookup:
  *   small  <= SMALL_MAX       an object of one of NR_CLASSES static caches
  *   large  <= LARGE_MAX       a run of 16 KiB units inside a segment (from
- *                             LARGE_MIN up for realloc's growth and calloc)
+ *                             LARGE_MIN up for realloc's growth and calloc;
+ *                             at an aligned unit for alignments above 16 KiB)
  *   huge   >  LARGE_MAX       its own mapping, tracked in the huge table
- *                             (also: alignment > 16 KiB beyond small sizes)
+ *                             (also: alignment > LARGE_ALIGN_MAX beyond
+ *                             small sizes)
  *
  * Classes: 16, 32, 48, 64, 80, 96, 112, 128, then four per doubling
  * (160, 192, 224, 256, 320, ...) up to 64 KiB and every 8 KiB from there
@@ -39,6 +41,9 @@ _Static_assert(sizeof(struct cpu_slab) == 1 << 6, "CPU_SLAB_SHIFT");
  * a class would hold it - a run can grow in place, and knows when its
  * pages are fresh, so calloc need not write them */
 #define LARGE_MIN (32u << 10)
+/* the largest alignment a large run takes (at an aligned unit: segment.h,
+ * segment_alloc_units_aligned); above it a block is huge */
+#define LARGE_ALIGN_MAX (256u << 10)
 #define NR_CLASSES  57
 _Static_assert(NR_CLASSES <= NEVER_USED_ID, "the never-used cpu slab is no class's");
 

@@ -742,14 +742,18 @@ static struct segment *find_free_run(unsigned n, bool huge_ok, bool large, unsig
 	return seg ? seg : find_free_run_in(n, huge_ok, large, PICK_ANY, false, first);
 }
 
-struct slab *segment_alloc_units(unsigned n, uint8_t kind, bool huge_ok, bool *zeroed)
+struct slab *segment_alloc_units_aligned(unsigned n, unsigned align, uint8_t kind, bool huge_ok,
+					bool *zeroed)
 {
 	struct segment *seg, *fresh = NULL;
-	unsigned first = SEG_HDR_UNITS;
+	unsigned first = SEG_HDR_UNITS, window = n + align - 1;
 	bool large = kind == SLAB_KIND_LARGE;
 
+	/* a window of n + align - 1 free units holds an aligned run of n
+	 * (segments are aligned to their size, so units to theirs) */
+	ASSERT(align && !(align & (align - 1)) && round_up(SEG_HDR_UNITS, align) + n <= SEG_UNITS);
 	seg_lock_take();
-	while (!(seg = find_free_run(n, huge_ok, large, &first))) {
+	while (!(seg = find_free_run(window, huge_ok, large, &first))) {
 		if (fresh) {   /* mapped on the last round: it serves */
 			seg = fresh;
 			fresh = NULL;
@@ -769,7 +773,7 @@ struct slab *segment_alloc_units(unsigned n, uint8_t kind, bool huge_ok, bool *z
 			return NULL;
 		seg_lock_take();
 	}
-	struct slab *head = run_claim(seg, first, n, kind, zeroed);
+	struct slab *head = run_claim(seg, round_up(first, align), n, kind, zeroed);
 
 	if (kind == SLAB_KIND_SLAB)
 		seg_slab_units_add(seg, (int)n);

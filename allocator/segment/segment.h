@@ -269,8 +269,16 @@ static inline uintptr_t slab_start(const struct slab *slab)
  * NULL + ENOMEM. *zeroed (if not NULL) tells whether the run reads as zero
  * (no unit of it was freed since it was last given back to the OS).
  * huge_ok: its memory is written densely, so it may lie under huge pages
- * (segment.c, huge_segment_wanted). */
-struct slab *segment_alloc_units(unsigned nunits, uint8_t kind, bool huge_ok, bool *zeroed);
+ * (segment.c, huge_segment_wanted). align: the index of its first unit in
+ * its segment, so its address, is a multiple of align units (a power of
+ * two, small enough that such a run fits beside the header). */
+struct slab *segment_alloc_units_aligned(unsigned nunits, unsigned align, uint8_t kind,
+					bool huge_ok, bool *zeroed);
+static inline struct slab *segment_alloc_units(unsigned nunits, uint8_t kind, bool huge_ok,
+					       bool *zeroed)
+{
+	return segment_alloc_units_aligned(nunits, 1, kind, huge_ok, zeroed);
+}
 void segment_free_units(struct slab *head);
 /* Grow or shrink a run in place; false (unchanged) when it cannot grow. */
 bool segment_resize_units(struct slab *head, unsigned nunits);

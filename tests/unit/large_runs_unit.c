@@ -13,6 +13,8 @@
  *   realloc       a large block grown in small steps beside another growing
  *                 one moves a logarithmic number of times, keeping content;
  *                 a shrink by less than half stays in place with its units
+ *   aligned runs  a block aligned to 32-256 KiB is a large run starting at
+ *                 an aligned unit, not a huge mapping; above that, huge
  *   huge growth   a huge block grown in small steps resizes a logarithmic
  *                 number of times, keeping content; one shrunk by less
  *                 than half stays; one cut from a freed block's cached
@@ -303,6 +305,47 @@ static void test_grow_into_run(void)
 	CHECK_EQ(kmalloc_validate_all(), 0);
 }
 
+/* Eight slots of blocks aligned to 32, 64, 128 and 256 KiB, 1-4 times the
+ * alignment, replaced at random 400 times: each a large run at an aligned
+ * unit (none a huge block), written whole; a 512 KiB alignment is a huge
+ * block's. */
+static void test_aligned_runs(void)
+{
+	unsigned char *slot[8] = { NULL };
+	size_t huge = kmalloc_huge_count();
+	uint64_t seed = 9;
+
+	for (int i = 0; i < 400; i++) {
+		unsigned k = (unsigned)(test_rand(&seed) % 8);
+		size_t align = (32 * KiB) << (test_rand(&seed) % 4);
+		size_t n = align * (1 + test_rand(&seed) % 4) - test_rand(&seed) % 100;
+		unsigned char *p;
+
+		uslab_free(slot[k]);
+		slot[k] = p = uslab_aligned_alloc(align, n);
+		REQUIRE(p != NULL);
+		struct slab *run = ptr_to_slab(p);
+
+		if (((uintptr_t)p & (align - 1)) || !run || run->kind != SLAB_KIND_LARGE ||
+		    run->base != (uintptr_t)p || uslab_malloc_usable_size(p) < n) {
+			fprintf(stderr, "aligned_alloc(%zu, %zu) = %p: not an aligned run\n", align, n,
+				(void *)p);
+			test_failures++;
+		}
+		memset(p, (int)i, n);
+	}
+	CHECK_EQ(kmalloc_huge_count(), huge);
+	unsigned char *big = uslab_aligned_alloc(512 * KiB, 100 * KiB);
+
+	REQUIRE(big != NULL);
+	CHECK(((uintptr_t)big & (512 * KiB - 1)) == 0 && !ptr_to_slab(big));
+	CHECK_EQ(kmalloc_huge_count(), huge + 1);
+	uslab_free(big);
+	for (int k = 0; k < 8; k++)
+		uslab_free(slot[k]);
+	CHECK_EQ(kmalloc_validate_all(), 0);
+}
+
 static unsigned char byte_at(size_t i)
 {
 	return (unsigned char)((i * 2654435761u) >> 24);
@@ -376,6 +419,7 @@ int main(void)
 	test_consumer_keeps_nothing();
 	test_realloc_grow();
 	test_grow_into_run();
+	test_aligned_runs();
 	test_huge_step_growth();
 	return test_done("large_runs_unit");
 }

@@ -284,7 +284,6 @@ void *huge_resize(void *p, size_t n)
 
 	if (len > h.map_len) {
 		size_t roomy = round_up(h.map_len + h.map_len / 4, os_page_size());
-
 		uintptr_t end = h.map + h.map_len;
 
 		want = roomy > len ? roomy : len;

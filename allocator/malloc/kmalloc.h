@@ -272,20 +272,6 @@ static __always_inline void *kmalloc_direct(size_t n)
 }
 
 /*
- * The fast path takes a valid object of malloc's (kfree_magic is 0 for
- * every other slab) that is not free already (its second word's low byte
- * is not the free mark's: free_mark_maybe; the slow path tells a double
- * free, wherever the block waits, by the whole word) of a slab this thread
- * owns — onto its cpu freelist for the class (slab->owner_cpu), whatever
- * slab of the class it is, so that the next malloc of the class takes it
- * back while its lines are still in cache — of a slab another thread owns,
- * into this thread's message to that owner while it has room (outbox_add),
- * or of a slab nobody owns, onto this thread's cpu freelist for the class
- * while its foreign budget lasts (a thread without a heap has none), and
- * marks it free. None is an atomic. kfree_slow looks again and tells
- * everything else apart.
- */
-/*
  * Whether p is an object of one of malloc's slabs, by the inline look: in
  * the segment region, and at an object's start by its own unit's
  * descriptor's free-check fields (zero for a free unit, a large run, a
@@ -356,6 +342,20 @@ static inline bool kblock_holds(const struct kblock *b, size_t n)
 	return n > b->size / 2;
 }
 
+/*
+ * The fast path takes a valid object of malloc's (kfree_magic is 0 for
+ * every other slab) that is not free already (its second word's low byte
+ * is not the free mark's: free_mark_maybe; the slow path tells a double
+ * free, wherever the block waits, by the whole word) of a slab this thread
+ * owns — onto its cpu freelist for the class (slab->owner_cpu), whatever
+ * slab of the class it is, so that the next malloc of the class takes it
+ * back while its lines are still in cache — of a slab another thread owns,
+ * into this thread's message to that owner while it has room (outbox_add),
+ * or of a slab nobody owns, onto this thread's cpu freelist for the class
+ * while its foreign budget lasts (a thread without a heap has none), and
+ * marks it free. None is an atomic. kfree_slow looks again and tells
+ * everything else apart.
+ */
 static __always_inline void kfree(void *p, const char *call)
 {
 	uintptr_t seg, d;

@@ -16,11 +16,6 @@
 _Static_assert(round_up(SEG_HDR_UNITS, LARGE_ALIGN_MAX >> UNIT_SHIFT) + LARGE_MAX_UNITS <= SEG_UNITS,
 	       "the most aligned large run fits in a segment");
 
-static unsigned units_of(size_t n)
-{
-	return (unsigned)((n + UNIT_SIZE - 1) >> UNIT_SHIFT);
-}
-
 /*
  * The calling thread's kept runs (segment.h), its heap made first if it has
  * none: a thread that only ever allocates large blocks (a worker filling

@@ -324,6 +324,12 @@ static __always_inline bool kmalloc_block_fast(const void *p, struct kblock *b)
 	return true;
 }
 
+/* The units a large run of n bytes takes. */
+static inline unsigned units_of(size_t n)
+{
+	return (unsigned)((n + UNIT_SIZE - 1) >> UNIT_SHIFT);
+}
+
 /*
  * Whether block b holds n bytes where it is, with nothing to do: a small
  * block or a huge one that n still fits and would not fit in half (a
@@ -338,7 +344,7 @@ static inline bool kblock_holds(const struct kblock *b, size_t n)
 	if (b->small)
 		return n > b->size / 2 || b->size <= 16;
 	if (b->run)
-		return n > LARGE_MIN && ((n + UNIT_SIZE - 1) >> UNIT_SHIFT) > b->run->nunits / 2u;
+		return n > LARGE_MIN && units_of(n) > b->run->nunits / 2u;
 	return n > b->size / 2;
 }
 

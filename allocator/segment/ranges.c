@@ -38,6 +38,22 @@ unsigned long range_new_origin(void)
 	return (unsigned long)atomic_long_inc_return_relaxed(&range_origins);
 }
 
+/* range_lock held: the first len bytes (at most its length) of cached range
+ * e go out, its tail stays cached; returns where they start. */
+static uintptr_t range_take_head(struct range *e, size_t len)
+{
+	uintptr_t map = e->map;
+
+	if (e->len > len) {
+		e->map += len;
+		e->len -= len;
+	} else {
+		e->map = 0;
+	}
+	WRITE_ONCE(range_bytes, range_bytes - len);
+	return map;
+}
+
 /*
  * Cached memory for a request of len bytes (a multiple of the page size):
  * the head of the smallest cached range that holds it; 0 if none does.
@@ -65,18 +81,11 @@ uintptr_t range_cache_take(size_t len, unsigned long *origin)
 		unlock_ranked(&range_lock, RANK_RANGES);
 		return 0;
 	}
-	struct range e = ranges[best];
-	if (e.len > len) {   /* the head goes out, the tail stays */
-		ranges[best].map += len;
-		ranges[best].len -= len;
-		e.len = len;
-	} else {
-		ranges[best].map = 0;
-	}
-	WRITE_ONCE(range_bytes, range_bytes - e.len);
+	uintptr_t map = range_take_head(&ranges[best], len);
+
+	*origin = ranges[best].origin;
 	unlock_ranked(&range_lock, RANK_RANGES);
-	*origin = e.origin;
-	return e.map;
+	return map;
 }
 
 /*
@@ -97,13 +106,7 @@ bool range_cache_take_after(uintptr_t end, unsigned long origin, size_t len)
 
 		if (e->map != end || e->origin != origin || e->len < len)
 			continue;
-		if (e->len == len) {
-			e->map = 0;
-		} else {
-			e->map += len;
-			e->len -= len;
-		}
-		WRITE_ONCE(range_bytes, range_bytes - len);
+		range_take_head(e, len);
 		taken = true;
 	}
 	unlock_ranked(&range_lock, RANK_RANGES);
